@@ -1,0 +1,61 @@
+# ManifestSync. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TOOLS_MOD := hack/tools/go.mod
+CONTROLLER_GEN := $(BIN)/controller-gen
+GOLANGCI_LINT := $(BIN)/golangci-lint
+PKGS := ./...
+
+.DEFAULT_GOAL := help
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-14s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: build
+build: ## Build bin/engine.
+	$(GO) build -o $(BIN)/engine ./cmd/engine
+
+.PHONY: test
+test: ## Run every test (installs what the tests need first).
+	$(GO) test -count=1 $(PKGS)
+
+.PHONY: test-short
+test-short: ## Run the fast unit tests only.
+	$(GO) test -short $(PKGS)
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GOLANGCI_LINT) run $(PKGS)
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+	$(CONTROLLER_GEN) object paths=./operator/api/...
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd.
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./operator/api/... output:crd:artifacts:config=operator/config/crd/bases
+
+.PHONY: verify
+verify: generate manifests ## Fail when generated files are stale, go.mod is untidy or code is unformatted.
+	$(GO) mod tidy
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@git diff --exit-code -- go.mod go.sum operator/ || { echo "generated files or go.mod are stale: run make generate manifests and go mod tidy"; exit 1; }
+	@untracked=$$(git status --porcelain --untracked-files=all -- operator/ | grep '^??' || true); test -z "$$untracked" || { echo "$$untracked"; echo "generated files are not committed"; exit 1; }
+
+##@ Tools
+
+$(CONTROLLER_GEN): $(TOOLS_MOD)
+	cd hack/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(GOLANGCI_LINT): hack/tools/lint/go.mod
+	cd hack/tools/lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

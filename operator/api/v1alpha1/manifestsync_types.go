@@ -1,0 +1,468 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Kind is the kind of the ManifestSync resource.
+const Kind = "ManifestSync"
+
+// ManifestSync names its inputs, an optional transform, schemas and a list of
+// targets; the operator evaluates it and applies the result to every target.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=msync,categories=all
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Targets",type=string,JSONPath=`.status.targetsSummary`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.shortRevision`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ManifestSync struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ManifestSyncSpec   `json:"spec,omitempty"`
+	Status ManifestSyncStatus `json:"status,omitempty"`
+}
+
+// ManifestSyncList is a list of ManifestSyncs.
+//
+// +kubebuilder:object:root=true
+type ManifestSyncList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ManifestSync `json:"items"`
+}
+
+// ManifestSyncSpec is what a ManifestSync asks for.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.transform) || !has(self.transform.starlark) || !has(self.transform.starlark.source) || (has(self.sources) && self.sources.exists(s, s.name == self.transform.starlark.source))",message="transform.starlark.source must name a source"
+// +kubebuilder:validation:XValidation:rule="!has(self.transform) || !has(self.transform.cue) || !has(self.transform.cue.source) || (has(self.sources) && self.sources.exists(s, s.name == self.transform.cue.source))",message="transform.cue.source must name a source"
+// +kubebuilder:validation:XValidation:rule="!has(self.sources) || self.sources.all(s, !has(s.kustomize) || self.sources.exists(t, t.name == s.kustomize.source && t.name != s.name))",message="a kustomize source must name another source"
+// +kubebuilder:validation:XValidation:rule="!has(self.schemas) || self.schemas.all(c, !has(c.source) || (has(self.sources) && self.sources.exists(s, s.name == c.source)))",message="schemas[].source must name a source"
+type ManifestSyncSpec struct {
+	// Sources are the inputs, referenced by name everywhere else.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Sources []Source `json:"sources,omitempty"`
+
+	// Transform turns the inputs into the objects of each target. Without
+	// it the inputs pass through unchanged.
+	// +optional
+	Transform *Transform `json:"transform,omitempty"`
+
+	// Schemas are CUE schemas every output object is unified with.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Schemas []SchemaRef `json:"schemas,omitempty"`
+
+	// Params are given to the transform as ctx.params; a target's params
+	// are merged over them.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Params *runtime.RawExtension `json:"params,omitempty"`
+
+	// Targets are the namespaces, of this cluster or remote ones, that get
+	// the objects.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	Targets []Target `json:"targets"`
+
+	// Policy says how objects are applied, pruned and deleted.
+	// +optional
+	Policy Policy `json:"policy,omitempty"`
+
+	// Interval is the period of the re-check; source changes also trigger
+	// a reconcile at once.
+	// +optional
+	// +kubebuilder:default="10m"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Suspend stops reconciling without deleting anything.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// ServiceAccountName, when set, is impersonated for in-cluster reads
+	// and writes of this ManifestSync.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// Source is one named input. Exactly one of git, object and kustomize is set.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.kustomize)].filter(x, x).size() == 1",message="exactly one of git, object and kustomize must be set"
+type Source struct {
+	// Name is how the transform, schemas and other sources refer to it.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+	// +optional
+	Object *ObjectSource `json:"object,omitempty"`
+	// +optional
+	Kustomize *KustomizeSource `json:"kustomize,omitempty"`
+}
+
+// GitSource is a subtree of a Git repository at a ref.
+type GitSource struct {
+	// URL is an https, ssh or git URL.
+	// +kubebuilder:validation:MinLength=1
+	URL string `json:"url"`
+	// Ref selects the revision; the default is the remote's HEAD.
+	// +optional
+	Ref GitRef `json:"ref,omitempty"`
+	// Path restricts the snapshot to this subtree.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret in the ManifestSync's namespace with
+	// username/password, bearer token, or ssh identity and known_hosts.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// GitRef selects a revision. When several fields are set the most specific
+// wins: commit, then semver, then tag, then branch.
+type GitRef struct {
+	// +optional
+	Branch string `json:"branch,omitempty"`
+	// +optional
+	Tag string `json:"tag,omitempty"`
+	// SemVer is a range over tags, such as ">=1.2 <2".
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{7,40}$`
+	Commit string `json:"commit,omitempty"`
+}
+
+// ObjectSource is one object of the cluster, read as an input.
+type ObjectSource struct {
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// Namespace defaults to the ManifestSync's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// KustomizeSource is `kustomize build` of a path inside another source.
+type KustomizeSource struct {
+	// Source names the source that holds the kustomization.
+	// +kubebuilder:validation:MinLength=1
+	Source string `json:"source"`
+	// Path is the directory of the kustomization inside that source.
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// LocalObjectReference names an object in the ManifestSync's namespace.
+type LocalObjectReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// Transform is a Starlark or CUE program that produces each target's objects.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.starlark) != has(self.cue)",message="exactly one of starlark and cue must be set"
+type Transform struct {
+	// +optional
+	Starlark *ProgramRef `json:"starlark,omitempty"`
+	// +optional
+	CUE *CUEProgramRef `json:"cue,omitempty"`
+}
+
+// ProgramRef is a script in a source, or inline.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.inline) != has(self.path)",message="exactly one of path and inline must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.path) || has(self.source)",message="path needs a source"
+type ProgramRef struct {
+	// Source names the source the script lives in; load() resolves there.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Path of the script inside the source.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Inline is the script itself.
+	// +optional
+	Inline string `json:"inline,omitempty"`
+}
+
+// CUEProgramRef is a CUE package in a source, or inline, and the expression
+// to export from it.
+type CUEProgramRef struct {
+	ProgramRef `json:",inline"`
+	// Expression is exported: a list or a struct of objects.
+	// +optional
+	// +kubebuilder:default=objects
+	Expression string `json:"expression,omitempty"`
+}
+
+// SchemaRef names CUE schemas: a directory of a source, or a builtin set.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.source) != has(self.builtin)",message="exactly one of source and builtin must be set"
+type SchemaRef struct {
+	// +optional
+	Source string `json:"source,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Builtin is the name of a schema set shipped in the binary, such as k8s.
+	// +optional
+	Builtin string `json:"builtin,omitempty"`
+}
+
+// Target is one destination: a namespace, or the namespaces a selector
+// picks, in this cluster or a remote one.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.namespace) && has(self.namespaceSelector))",message="namespace and namespaceSelector are exclusive"
+type Target struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Namespace of namespaced objects; empty keeps the objects' own.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// NamespaceSelector picks every namespace whose labels match.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Cluster is a remote cluster; empty means this one.
+	// +optional
+	Cluster *ClusterRef `json:"cluster,omitempty"`
+	// Labels are given to the transform as ctx.target.labels.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Params are merged over spec.params; the target wins.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Params *runtime.RawExtension `json:"params,omitempty"`
+	// Patches are static overrides applied after the transform.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Patches []Patch `json:"patches,omitempty"`
+}
+
+// ClusterRef points at a remote cluster.
+type ClusterRef struct {
+	// KubeConfigSecretRef names a Secret in the ManifestSync's namespace
+	// and the key holding a kubeconfig.
+	KubeConfigSecretRef SecretKeyReference `json:"kubeConfigSecretRef"`
+}
+
+// SecretKeyReference names a key of a Secret in the ManifestSync's namespace.
+type SecretKeyReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// +optional
+	// +kubebuilder:default=value
+	Key string `json:"key,omitempty"`
+}
+
+// Patch is a strategic-merge patch (a YAML object) or a JSON6902 patch (a
+// YAML list of operations), applied to the objects its selector picks.
+type Patch struct {
+	// +kubebuilder:validation:MinLength=1
+	Patch string `json:"patch"`
+	// Target selects the objects; empty selects by the patch's own
+	// apiVersion, kind and name (strategic merge) or every object (JSON6902).
+	// +optional
+	Target *PatchSelector `json:"target,omitempty"`
+}
+
+// PatchSelector picks objects by group, version, kind, name, namespace,
+// labels and annotations. Name and namespace are regular expressions,
+// anchored at both ends.
+type PatchSelector struct {
+	// +optional
+	Group string `json:"group,omitempty"`
+	// +optional
+	Version string `json:"version,omitempty"`
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +optional
+	LabelSelector string `json:"labelSelector,omitempty"`
+	// +optional
+	AnnotationSelector string `json:"annotationSelector,omitempty"`
+}
+
+// ResourcePolicy says what happens to an object that exists already.
+// +kubebuilder:validation:Enum=Sync;Keep;Adopt;Overwrite
+type ResourcePolicy string
+
+const (
+	// PolicySync creates or updates objects this ManifestSync owns; an object
+	// owned by nobody or someone else is a conflict.
+	PolicySync ResourcePolicy = "Sync"
+	// PolicyKeep creates absent objects and never modifies existing ones.
+	PolicyKeep ResourcePolicy = "Keep"
+	// PolicyAdopt takes over an existing object.
+	PolicyAdopt ResourcePolicy = "Adopt"
+	// PolicyOverwrite makes the live object exactly the desired one.
+	PolicyOverwrite ResourcePolicy = "Overwrite"
+)
+
+// DeletionPolicy says what happens to the targets' objects when the
+// ManifestSync is deleted.
+// +kubebuilder:validation:Enum=Delete;Orphan
+type DeletionPolicy string
+
+const (
+	DeletionDelete DeletionPolicy = "Delete"
+	DeletionOrphan DeletionPolicy = "Orphan"
+)
+
+// DriftPolicy says what happens when someone edits a managed object.
+// +kubebuilder:validation:Enum=Correct;Report;Ignore
+type DriftPolicy string
+
+const (
+	DriftCorrect DriftPolicy = "Correct"
+	DriftReport  DriftPolicy = "Report"
+	DriftIgnore  DriftPolicy = "Ignore"
+)
+
+// Policy says how objects are applied, pruned and deleted.
+type Policy struct {
+	// +optional
+	// +kubebuilder:default=Sync
+	Resources ResourcePolicy `json:"resources,omitempty"`
+	// Prune deletes objects that are no longer desired.
+	// +optional
+	// +kubebuilder:default=true
+	Prune *bool `json:"prune,omitempty"`
+	// +optional
+	// +kubebuilder:default=Delete
+	Deletion DeletionPolicy `json:"deletion,omitempty"`
+	// +optional
+	// +kubebuilder:default=Correct
+	Drift DriftPolicy `json:"drift,omitempty"`
+}
+
+// Condition types and reasons of a ManifestSync.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+
+	ReasonSynced           = "Synced"
+	ReasonSourceFailed     = "SourceFailed"
+	ReasonEvalFailed       = "EvalFailed"
+	ReasonValidationFailed = "ValidationFailed"
+	ReasonApplyFailed      = "ApplyFailed"
+	ReasonConflict         = "Conflict"
+)
+
+// ManifestSyncStatus is what the operator observed and did.
+type ManifestSyncStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastEvaluatedRevision is a digest over every input evaluated last.
+	// +optional
+	LastEvaluatedRevision string `json:"lastEvaluatedRevision,omitempty"`
+	// LastAppliedRevision is the input digest last applied to every target.
+	// +optional
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+	// ShortRevision is LastAppliedRevision, short, for kubectl get.
+	// +optional
+	ShortRevision string `json:"shortRevision,omitempty"`
+	// TargetsSummary is "synced/total", for kubectl get.
+	// +optional
+	TargetsSummary string `json:"targetsSummary,omitempty"`
+	// Inputs records exactly what was evaluated.
+	// +optional
+	Inputs *Inputs `json:"inputs,omitempty"`
+	// Targets has one row per target.
+	// +optional
+	Targets []TargetStatus `json:"targets,omitempty"`
+	// Inventory lists every object applied, for pruning.
+	// +optional
+	Inventory []InventoryEntry `json:"inventory,omitempty"`
+	// History keeps the last 10 evaluated revisions, newest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	History []HistoryEntry `json:"history,omitempty"`
+	// +optional
+	LastSuccessfulSyncTime *metav1.Time `json:"lastSuccessfulSyncTime,omitempty"`
+}
+
+// Inputs are the digests and revisions of everything one evaluation read.
+type Inputs struct {
+	// Sources maps each source name to its revision.
+	// +optional
+	Sources map[string]string `json:"sources,omitempty"`
+	// Transform is a digest of the script and every file it loaded.
+	// +optional
+	Transform string `json:"transform,omitempty"`
+	// +optional
+	Schemas string `json:"schemas,omitempty"`
+	// +optional
+	Params string `json:"params,omitempty"`
+}
+
+// TargetState is the outcome of one target's last sync.
+type TargetState string
+
+const (
+	TargetSynced   TargetState = "Synced"
+	TargetFailed   TargetState = "Failed"
+	TargetConflict TargetState = "Conflict"
+	TargetPending  TargetState = "Pending"
+)
+
+// TargetStatus is one target's row.
+type TargetStatus struct {
+	Name string `json:"name"`
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
+	// +optional
+	Namespace string      `json:"namespace,omitempty"`
+	State     TargetState `json:"state"`
+	// +optional
+	Objects int `json:"objects"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+}
+
+// InventoryEntry is one applied object: its id is
+// namespace_name_group_kind, v its version.
+type InventoryEntry struct {
+	ID      string `json:"id"`
+	Version string `json:"v"`
+	// +optional
+	Target string `json:"target,omitempty"`
+}
+
+// HistoryEntry is one evaluated revision.
+type HistoryEntry struct {
+	Revision string `json:"revision"`
+	// +optional
+	Inputs *Inputs `json:"inputs,omitempty"`
+	// +optional
+	OutputDigest string `json:"outputDigest,omitempty"`
+	// +optional
+	Time metav1.Time `json:"time,omitempty"`
+	// +optional
+	Result string `json:"result,omitempty"`
+}
