@@ -1,0 +1,197 @@
+package starlark
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// Limits bound one evaluation. A zero (or negative) field takes its default,
+// never "unlimited": an operator must not be taken down by one bad script.
+type Limits struct {
+	MaxSteps   uint64        // Starlark execution steps per call; default 100_000_000
+	Timeout    time.Duration // wall clock per Load or Call; default 10s
+	MaxObjects int           // objects a transform may return; default 10_000
+	MaxBytes   int64         // total JSON-encoded size of the returned objects; default 64 MiB
+
+	// MaxDepth bounds the call stack (Starlark functions, built-ins and
+	// loaded modules' top levels); default 10_000. Deep recursion costs Go
+	// stack, about 2.5 KiB a call, so this keeps a runaway `def f(): f()`
+	// near 25 MiB instead of the quarter gigabyte starlark-go's own guard
+	// (100_000 frames) allows.
+	MaxDepth int
+}
+
+// Default limits; see Limits.
+const (
+	DefaultMaxSteps   = 100_000_000
+	DefaultTimeout    = 10 * time.Second
+	DefaultMaxObjects = 10_000
+	DefaultMaxBytes   = 64 << 20
+	DefaultMaxDepth   = 10_000
+)
+
+// DefaultLimits returns the limits used when none are configured.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxSteps:   DefaultMaxSteps,
+		Timeout:    DefaultTimeout,
+		MaxObjects: DefaultMaxObjects,
+		MaxBytes:   DefaultMaxBytes,
+		MaxDepth:   DefaultMaxDepth,
+	}
+}
+
+// WithDefaults returns l with every zero or negative field set to its default.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxSteps == 0 {
+		l.MaxSteps = d.MaxSteps
+	}
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.MaxObjects <= 0 {
+		l.MaxObjects = d.MaxObjects
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = d.MaxDepth
+	}
+	return l
+}
+
+// Names of the limits, as found in LimitError.Limit.
+const (
+	LimitSteps   = "steps"
+	LimitTimeout = "timeout"
+	LimitObjects = "objects"
+	LimitBytes   = "bytes"
+	LimitDepth   = "depth"
+)
+
+// LimitError says which limit ended an evaluation.
+type LimitError struct {
+	Limit string          // LimitSteps, LimitTimeout, LimitObjects, LimitBytes or LimitDepth
+	Value string          // the configured limit, e.g. "100000000", "10s", or "context deadline"
+	Pos   syntax.Position // where the script was when it stopped, if known
+
+	// Err is the underlying cause, if any: context.DeadlineExceeded for a
+	// timeout, so that errors.Is(err, context.DeadlineExceeded) holds.
+	Err error
+}
+
+// Error returns the position (when known) and which limit was exceeded,
+// e.g. "app/transform.star:3:5: step limit of 100000000 exceeded".
+func (e *LimitError) Error() string {
+	var msg string
+	switch e.Limit {
+	case LimitSteps:
+		msg = "step limit of " + e.Value + " exceeded"
+	case LimitTimeout:
+		if e.Value == valueContextDeadline {
+			msg = "evaluation timed out (context deadline exceeded)"
+		} else {
+			msg = "timeout of " + e.Value + " exceeded"
+		}
+	case LimitObjects:
+		msg = "object limit of " + e.Value + " exceeded"
+	case LimitBytes:
+		msg = "size limit of " + e.Value + " bytes exceeded"
+	case LimitDepth:
+		msg = "call depth limit of " + e.Value + " exceeded"
+	default:
+		msg = e.Limit + " limit of " + e.Value + " exceeded"
+	}
+	if e.Pos.IsValid() {
+		return e.Pos.String() + ": " + msg
+	}
+	return msg
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// valueContextDeadline is LimitError.Value when the caller's context deadline,
+// not Limits.Timeout, ended the evaluation.
+const valueContextDeadline = "context deadline"
+
+// resultName prefixes the errors of Objects: transforms return their objects
+// from main().
+const resultName = "main() result"
+
+// Objects converts a transform's return value into objects: a list (or tuple)
+// of dicts, or None (no objects). Each element must be a dict with string keys
+// whose values convert with FromValue. It enforces MaxObjects and MaxBytes (the
+// sum of the objects' JSON encodings) and says which element is wrong:
+// "main() result [3]: got int, want dict".
+func (l Limits) Objects(v starlark.Value) ([]map[string]any, error) {
+	l = l.WithDefaults()
+	var elems starlark.Indexable
+	switch v := v.(type) {
+	case starlark.NoneType:
+		return nil, nil
+	case *starlark.List:
+		elems = v
+	case starlark.Tuple:
+		elems = v
+	default:
+		return nil, fmt.Errorf("%s: got %s, want list of dicts", resultName, v.Type())
+	}
+	n := elems.Len()
+	if n > l.MaxObjects {
+		return nil, fmt.Errorf("%s: %d objects: %w", resultName, n,
+			&LimitError{Limit: LimitObjects, Value: strconv.Itoa(l.MaxObjects)})
+	}
+	// Measure first: a lower bound of the JSON size, found without
+	// expanding shared values, rejects oversized results before any
+	// conversion work.
+	var (
+		m    measurer
+		size int64
+	)
+	for i := 0; i < n; i++ {
+		size = satAdd(size, m.measure(elems.Index(i), 0).bytes)
+		if size > l.MaxBytes {
+			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, l.bytesError())
+		}
+	}
+	objs := make([]map[string]any, 0, n)
+	var total int64
+	for i := 0; i < n; i++ {
+		d, ok := elems.Index(i).(*starlark.Dict)
+		if !ok {
+			return nil, fmt.Errorf("%s [%d]: got %s, want dict", resultName, i, elems.Index(i).Type())
+		}
+		// Every value costs at least one byte of JSON: the remaining
+		// byte budget bounds the conversion's work.
+		c := converter{budget: l.MaxBytes - total}
+		obj, err := c.fromValue(d, 0)
+		if err != nil {
+			if c.exhausted {
+				err = l.bytesError()
+			}
+			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, err)
+		}
+		data, err := json.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, err)
+		}
+		total += int64(len(data))
+		if total > l.MaxBytes {
+			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, l.bytesError())
+		}
+		objs = append(objs, obj.(map[string]any))
+	}
+	return objs, nil
+}
+
+func (l Limits) bytesError() *LimitError {
+	return &LimitError{Limit: LimitBytes, Value: strconv.FormatInt(l.MaxBytes, 10)}
+}
