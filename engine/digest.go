@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// digestJSON returns "sha256:<hex>" over v's canonical JSON: object keys
+// sorted, no insignificant space, no HTML escaping. Equal values always have
+// equal digests. v must be JSON-shaped (map[string]any, []any, string, bool,
+// integers, float64, nil) or a type of the engine that encodes as such.
+func digestJSON(v any) (string, error) {
+	b, err := appendCanonical(make([]byte, 0, 1024), v)
+	if err != nil {
+		return "", fmt.Errorf("digest: %w", err)
+	}
+	return digestBytes(b), nil
+}
+
+// digestTyped digests a Go value of the API types through encoding/json,
+// which is deterministic for them (struct fields in order, map keys sorted).
+func digestTyped(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("digest: %w", err)
+	}
+	return digestBytes(b), nil
+}
+
+func digestBytes(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// ObjectDigest returns "sha256:<hex>" over an object's canonical JSON, or
+// an empty string for a value JSON cannot hold.
+func ObjectDigest(obj map[string]any) string {
+	d, _ := digestJSON(obj)
+	return d
+}
+
+// appendCanonical appends v's canonical JSON. It is written out rather than
+// left to encoding/json because digests sit on the hot path of every
+// evaluation, and reflection there costs more than the transform itself.
+func appendCanonical(b []byte, v any) ([]byte, error) {
+	var err error
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, v), nil
+	case string:
+		return appendString(b, v), nil
+	case int64:
+		return strconv.AppendInt(b, v, 10), nil
+	case int:
+		return strconv.AppendInt(b, int64(v), 10), nil
+	case float64:
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("%v has no JSON form", v)
+		}
+		// As encoding/json formats floats (ES6 number to string).
+		format := byte('f')
+		if abs := math.Abs(v); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+			format = 'e'
+		}
+		b = strconv.AppendFloat(b, v, format, -1, 64)
+		if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1] // e-09 -> e-9
+			b = b[:n-1]
+		}
+		return b, nil
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendCanonical(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case []string:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, e)
+		}
+		return append(b, ']'), nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			if b, err = appendCanonical(b, v[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case map[string]string:
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[k] = e
+		}
+		return appendCanonical(b, m)
+	}
+	return nil, fmt.Errorf("cannot digest a %T", v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

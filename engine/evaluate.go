@@ -1,0 +1,548 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"go.starlark.net/starlark"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/stdlib"
+)
+
+// Options configure an evaluation. The zero value is usable: default
+// limits, the built-in scope table, every target.
+type Options struct {
+	// Limits bound the transform; zero fields take their defaults.
+	Limits lstar.Limits
+	// Scope tells namespaced kinds from cluster-scoped ones.
+	Scope Scope
+	// Targets, when not empty, restricts the evaluation to these target names.
+	Targets []string
+	// Namespaces are the cluster's namespaces, for namespaceSelector
+	// targets. Offline there are none, and such targets are errors.
+	Namespaces []Namespace
+	// Workers is how many targets are evaluated at once; default GOMAXPROCS.
+	Workers int
+}
+
+// Namespace is a namespace of the target cluster and its labels.
+type Namespace struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Spec is what one evaluation reads: the ManifestSync's spec and the
+// snapshot of each of its git and object sources, by name. Kustomize sources
+// are built by the engine from the snapshots they name.
+type Spec struct {
+	Sync      *v1alpha1.ManifestSyncSpec
+	Snapshots map[string]*Snapshot
+}
+
+// Result is what one evaluation produced.
+type Result struct {
+	// Targets has one entry per evaluated target (one per namespace for a
+	// namespaceSelector target), in spec order.
+	Targets []*TargetResult
+	// Inputs records exactly what was evaluated.
+	Inputs v1alpha1.Inputs
+	// Revision is a digest over every input: status.lastEvaluatedRevision.
+	Revision string
+}
+
+// TargetResult is one target's objects, or why it has none.
+type TargetResult struct {
+	Name      string
+	Namespace string
+	Cluster   string
+	// Objects are normalised and in apply order.
+	Objects []*unstructured.Unstructured
+	// Digests[i] is Objects[i]'s digest.
+	Digests []string
+	// Digest is over every object of the target.
+	Digest string
+	// Err says why the target failed; a failed target's objects must not
+	// be applied.
+	Err error
+	// Selected is set when the target is one namespace of a
+	// namespaceSelector target.
+	Selected bool
+}
+
+// ID names the target in messages and file names: its name, or name/namespace
+// for one namespace of a namespaceSelector target.
+func (t *TargetResult) ID() string {
+	if t.Selected {
+		return t.Name + "/" + t.Namespace
+	}
+	return t.Name
+}
+
+// Err joins the errors of every failed target.
+func (r *Result) Err() error {
+	var errs []error
+	for _, t := range r.Targets {
+		if t.Err != nil {
+			errs = append(errs, t.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Evaluate runs the pipeline: inputs from the snapshots, the transform once
+// per target, the target's patches, normalisation and digests. An error
+// means nothing could be evaluated (a bad spec, a missing snapshot, a script
+// that does not load); a target that fails on its own carries its error in
+// its TargetResult.
+func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
+	if errs := Validate(spec.Sync); len(errs) > 0 {
+		return nil, errs
+	}
+	if opts.Scope == nil {
+		opts.Scope = BuiltinScope
+	}
+	e := &evaluation{spec: spec.Sync, opts: opts, snaps: map[string]*Snapshot{}}
+	if err := e.resolveSources(spec.Snapshots); err != nil {
+		return nil, err
+	}
+	targets, err := e.expandTargets()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.loadTransform(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.digestInputs(); err != nil {
+		return nil, err
+	}
+	res := &Result{Targets: make([]*TargetResult, len(targets)), Inputs: e.inputs, Revision: e.revision}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = goruntime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(workers, len(targets)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				res.Targets[i] = e.evaluateTarget(ctx, targets[i])
+			}
+		}()
+	}
+	for i := range targets {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return res, ctx.Err()
+}
+
+// evaluation is the state one Evaluate call shares across its targets;
+// after setup it is read-only, so targets run concurrently.
+type evaluation struct {
+	spec  *v1alpha1.ManifestSyncSpec
+	opts  Options
+	snaps map[string]*Snapshot // every source, kustomize ones built
+
+	inputs    v1alpha1.Inputs
+	revision  string
+	objects   []Input // step 2, in stable order
+	params    map[string]any
+	patches   map[string][]*patch // by target name
+	interp    *lstar.Interpreter
+	module    *lstar.Module
+	ctxInputs starlark.Value // frozen, shared by every target
+	ctxSource starlark.Value // frozen, shared by every target
+}
+
+// resolveSources checks that every source has a snapshot, builds the
+// kustomize sources and collects the input objects.
+func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
+	builtFrom := map[string]bool{}
+	for _, s := range e.spec.Sources {
+		if s.Kustomize == nil {
+			snap := given[s.Name]
+			if snap == nil {
+				return fmt.Errorf("source %q: no snapshot", s.Name)
+			}
+			e.snaps[s.Name] = snap
+		} else {
+			builtFrom[s.Kustomize.Source] = true
+		}
+	}
+	for _, s := range e.spec.Sources {
+		if s.Kustomize == nil {
+			continue
+		}
+		if snap := given[s.Name]; snap != nil {
+			// Given directly, e.g. overridden on the command line.
+			e.snaps[s.Name] = snap
+			continue
+		}
+		base := e.snaps[s.Kustomize.Source]
+		if base == nil {
+			return fmt.Errorf("source %q: kustomize source %q has no snapshot", s.Name, s.Kustomize.Source)
+		}
+		snap, err := KustomizeBuild(base, s.Kustomize.Path)
+		if err != nil {
+			return fmt.Errorf("source %q: %w", s.Name, err)
+		}
+		e.snaps[s.Name] = snap
+	}
+	for _, s := range e.spec.Sources {
+		snap := e.snaps[s.Name]
+		if builtFrom[s.Name] {
+			continue // contributes only through the kustomize build
+		}
+		if snap.Object != nil {
+			e.objects = append(e.objects, Input{Source: s.Name, Object: snap.Object})
+			continue
+		}
+		objs, err := objectsOf(s.Name, snap, snap.Paths())
+		if err != nil {
+			return err
+		}
+		e.objects = append(e.objects, objs...)
+	}
+	return nil
+}
+
+// target is one evaluation unit: a spec target, or one namespace of a
+// namespaceSelector target.
+type target struct {
+	spec      *v1alpha1.Target
+	namespace string
+	params    map[string]any
+}
+
+func (e *evaluation) expandTargets() ([]target, error) {
+	base, err := rawParams(e.spec.Params)
+	if err != nil {
+		return nil, fmt.Errorf("spec.params: %w", err)
+	}
+	e.params = base
+	e.patches = map[string][]*patch{}
+	for _, name := range e.opts.Targets {
+		if !slices.ContainsFunc(e.spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name }) {
+			return nil, fmt.Errorf("no target named %q", name)
+		}
+	}
+	var out []target
+	for i := range e.spec.Targets {
+		t := &e.spec.Targets[i]
+		if len(e.opts.Targets) > 0 && !slices.Contains(e.opts.Targets, t.Name) {
+			continue
+		}
+		own, err := rawParams(t.Params)
+		if err != nil {
+			return nil, fmt.Errorf("spec.targets[%d].params: %w", i, err)
+		}
+		params := mergeParams(base, own)
+		for j, p := range t.Patches {
+			pp, err := parsePatch(p)
+			if err != nil {
+				return nil, fmt.Errorf("spec.targets[%d].patches[%d]: %w", i, j, err)
+			}
+			e.patches[t.Name] = append(e.patches[t.Name], pp)
+		}
+		if t.NamespaceSelector == nil {
+			out = append(out, target{spec: t, namespace: t.Namespace, params: params})
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(t.NamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("spec.targets[%d].namespaceSelector: %w", i, err)
+		}
+		if e.opts.Namespaces == nil {
+			return nil, fmt.Errorf("target %q: a namespaceSelector needs the cluster's namespaces", t.Name)
+		}
+		for _, ns := range e.opts.Namespaces {
+			if sel.Matches(labels.Set(ns.Labels)) {
+				out = append(out, target{spec: t, namespace: ns.Name, params: params})
+			}
+		}
+	}
+	return out, nil
+}
+
+// rawParams decodes free-form params, keeping integers exact.
+func rawParams(raw *runtime.RawExtension) (map[string]any, error) {
+	if raw == nil {
+		return map[string]any{}, nil
+	}
+	b := raw.Raw
+	if len(b) == 0 || string(b) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	m, ok := normalizeNumbers(v).(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("got %T, want an object", v)
+	}
+	return m, nil
+}
+
+// normalizeNumbers turns json.Numbers into int64 or float64.
+func normalizeNumbers(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if i, err := v.Int64(); err == nil {
+			return i
+		}
+		f, _ := v.Float64()
+		return f
+	case map[string]any:
+		for k, e := range v {
+			v[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = normalizeNumbers(e)
+		}
+	}
+	return v
+}
+
+// mergeParams merges over onto base: objects merge key by key, anything
+// else in over replaces what base has. Neither argument is modified.
+func mergeParams(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		bm, ok1 := out[k].(map[string]any)
+		om, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			out[k] = mergeParams(bm, om)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// snapshotFiles lets load() read the source snapshots.
+type snapshotFiles map[string]*Snapshot
+
+func (f snapshotFiles) ReadFile(source, name string) ([]byte, error) {
+	s := f[source]
+	if s == nil {
+		return nil, fmt.Errorf("no source named %q: %w", source, errNotExist)
+	}
+	return s.ReadFile(name)
+}
+
+// loadTransform loads the Starlark transform, if any, and builds the parts
+// of ctx every target shares.
+func (e *evaluation) loadTransform(ctx context.Context) error {
+	t := e.spec.Transform
+	if t == nil {
+		return nil
+	}
+	if t.CUE != nil {
+		return errors.New("spec.transform.cue: CUE transforms are not supported yet")
+	}
+	script := lstar.Script{Source: t.Starlark.Source, Path: t.Starlark.Path}
+	if t.Starlark.Inline != "" {
+		script.Path = "<inline>"
+		script.Inline = []byte(t.Starlark.Inline)
+	}
+	e.interp = lstar.New(lstar.Options{
+		Predeclared: stdlib.Predeclared(),
+		Limits:      e.opts.Limits,
+		Now:         e.now(),
+		FileName:    func(source, p string) string { return fileName(e.snaps, source, p) },
+	})
+	mod, err := e.interp.Load(ctx, snapshotFiles(e.snaps), script)
+	if err != nil {
+		return fmt.Errorf("transform: %w", err)
+	}
+	if fn, ok := mod.Globals["main"].(starlark.Callable); !ok {
+		return fmt.Errorf("transform: %s defines no function main(ctx)", e.scriptName(script))
+	} else if f, ok := fn.(*starlark.Function); ok && f.NumParams() != 1 {
+		return fmt.Errorf("transform: %s: main takes %d parameters, want 1 (ctx)", e.scriptName(script), f.NumParams())
+	}
+	e.module = mod
+	if e.ctxInputs, err = frozenInputs(e.objects); err != nil {
+		return fmt.Errorf("transform: ctx.inputs: %w", err)
+	}
+	e.ctxSource = sourcesValue(e.spec, e.snaps)
+	return nil
+}
+
+func (e *evaluation) scriptName(s lstar.Script) string {
+	if s.Inline != nil {
+		return s.Path
+	}
+	return fileName(e.snaps, s.Source, s.Path)
+}
+
+// now is the time scripts see: the newest source revision's time, or the
+// Unix epoch, never the clock.
+func (e *evaluation) now() time.Time {
+	var t time.Time
+	for _, s := range e.snaps {
+		if s.Time.After(t) {
+			t = s.Time
+		}
+	}
+	if t.IsZero() {
+		return time.Unix(0, 0).UTC()
+	}
+	return t.UTC()
+}
+
+func (e *evaluation) digestInputs() error {
+	in := v1alpha1.Inputs{Sources: map[string]string{}}
+	for name, s := range e.snaps {
+		in.Sources[name] = s.Revision
+	}
+	if e.module != nil {
+		in.Transform = e.module.Digest()
+	} else if e.spec.Transform != nil {
+		d, err := digestTyped(e.spec.Transform)
+		if err != nil {
+			return err
+		}
+		in.Transform = d
+	}
+	var err error
+	if in.Schemas, err = digestTyped(e.spec.Schemas); err != nil {
+		return err
+	}
+	// Params cover everything of the spec, besides sources and transform,
+	// that shapes the output: params, targets (with their params and
+	// patches) and the normalisation options.
+	if in.Params, err = digestTyped(struct {
+		Params  map[string]any
+		Targets []v1alpha1.Target
+	}{e.params, e.spec.Targets}); err != nil {
+		return err
+	}
+	e.inputs = in
+	e.revision, err = digestTyped(in)
+	return err
+}
+
+// evaluateTarget runs steps 3 to 5 and 7 for one target.
+func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult {
+	res := &TargetResult{Name: t.spec.Name, Namespace: t.namespace, Cluster: clusterName(t.spec), Selected: t.spec.NamespaceSelector != nil}
+	fail := func(err error) *TargetResult {
+		res.Err = fmt.Errorf("target %q: %w", res.ID(), err)
+		return res
+	}
+	var objs []*unstructured.Unstructured
+	if e.module == nil {
+		for _, in := range e.objects {
+			objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
+		}
+	} else {
+		raw, err := e.runTransform(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		for _, m := range raw {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	for _, p := range e.patches[t.spec.Name] {
+		if err := p.apply(objs); err != nil {
+			return fail(fmt.Errorf("patch: %w", err))
+		}
+	}
+	seen := map[string]int{}
+	for i, o := range objs {
+		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
+			return fail(fmt.Errorf("object [%d]: %w", i, err))
+		}
+		id := ObjectID(o)
+		if j, dup := seen[id]; dup {
+			return fail(fmt.Errorf("objects [%d] and [%d] are both %s", j, i, describe(o)))
+		}
+		seen[id] = i
+	}
+	sortObjects(objs)
+	res.Objects = objs
+	res.Digests = make([]string, len(objs))
+	for i, o := range objs {
+		d, err := digestJSON(o.Object)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", describe(o), err))
+		}
+		res.Digests[i] = d
+	}
+	var err error
+	if res.Digest, err = digestJSON(res.Digests); err != nil {
+		return fail(err)
+	}
+	return res
+}
+
+func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]any, error) {
+	c, err := e.ctxValue(t)
+	if err != nil {
+		return nil, err
+	}
+	v, err := e.interp.Call(ctx, e.module, "main", c)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := e.opts.Limits.WithDefaults().Objects(v)
+	if err != nil {
+		return nil, fmt.Errorf("main(ctx): %w", err)
+	}
+	return objs, nil
+}
+
+func clusterName(t *v1alpha1.Target) string {
+	if t.Cluster == nil {
+		return "in-cluster"
+	}
+	return t.Cluster.KubeConfigSecretRef.Name
+}
+
+// runtimeDeepCopy copies a JSON-shaped value so that targets never share
+// (and so never mutate) each other's objects.
+func runtimeDeepCopy(m map[string]any) map[string]any {
+	return deepCopyValue(m).(map[string]any)
+}
+
+func deepCopyValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = deepCopyValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = deepCopyValue(e)
+		}
+		return out
+	}
+	return v
+}

@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Scope tells whether a kind is namespaced. ok is false when the kind is
+// unknown; unknown kinds are treated as namespaced. The operator passes one
+// backed by the cluster's discovery; offline the engine knows the built-in
+// cluster-scoped kinds.
+type Scope func(gvk schema.GroupVersionKind) (namespaced, ok bool)
+
+// clusterScoped lists the cluster-scoped kinds of Kubernetes, by group/kind.
+var clusterScoped = map[schema.GroupKind]bool{
+	{Group: "", Kind: "Namespace"}:                                                    true,
+	{Group: "", Kind: "Node"}:                                                         true,
+	{Group: "", Kind: "PersistentVolume"}:                                             true,
+	{Group: "", Kind: "ComponentStatus"}:                                              true,
+	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:                 true,
+	{Group: "apiregistration.k8s.io", Kind: "APIService"}:                             true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                         true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:                  true,
+	{Group: "storage.k8s.io", Kind: "StorageClass"}:                                   true,
+	{Group: "storage.k8s.io", Kind: "CSIDriver"}:                                      true,
+	{Group: "storage.k8s.io", Kind: "CSINode"}:                                        true,
+	{Group: "storage.k8s.io", Kind: "VolumeAttachment"}:                               true,
+	{Group: "storage.k8s.io", Kind: "VolumeAttributesClass"}:                          true,
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                               true,
+	{Group: "node.k8s.io", Kind: "RuntimeClass"}:                                      true,
+	{Group: "networking.k8s.io", Kind: "IngressClass"}:                                true,
+	{Group: "networking.k8s.io", Kind: "IPAddress"}:                                   true,
+	{Group: "networking.k8s.io", Kind: "ServiceCIDR"}:                                 true,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}:   true,
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:     true,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}:        true,
+	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicyBinding"}: true,
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicy"}:          true,
+	{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicyBinding"}:   true,
+	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}:                 true,
+	{Group: "certificates.k8s.io", Kind: "ClusterTrustBundle"}:                        true,
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "FlowSchema"}:                       true,
+	{Group: "flowcontrol.apiserver.k8s.io", Kind: "PriorityLevelConfiguration"}:       true,
+	{Group: "resource.k8s.io", Kind: "DeviceClass"}:                                   true,
+	{Group: "resource.k8s.io", Kind: "ResourceSlice"}:                                 true,
+}
+
+// BuiltinScope knows the cluster-scoped kinds of Kubernetes itself.
+func BuiltinScope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
+	if clusterScoped[gvk.GroupKind()] {
+		return false, true
+	}
+	return true, false
+}
+
+// applyOrder ranks kinds so that what others depend on is applied first:
+// CRDs, Namespaces, then policies and RBAC, then configuration, then the
+// rest, with webhooks last so they cannot block the objects before them.
+var applyOrder = map[string]int{
+	"CustomResourceDefinition":       0,
+	"Namespace":                      1,
+	"ResourceQuota":                  2,
+	"LimitRange":                     2,
+	"PriorityClass":                  2,
+	"StorageClass":                   2,
+	"ServiceAccount":                 3,
+	"ClusterRole":                    4,
+	"Role":                           4,
+	"ClusterRoleBinding":             5,
+	"RoleBinding":                    5,
+	"ConfigMap":                      6,
+	"Secret":                         6,
+	"PersistentVolume":               7,
+	"PersistentVolumeClaim":          7,
+	"Service":                        8,
+	"MutatingWebhookConfiguration":   100,
+	"ValidatingWebhookConfiguration": 100,
+}
+
+const defaultRank = 50
+
+// serverOwnedMetadata is metadata the API server owns; applying it is
+// either an error or a lie.
+var serverOwnedMetadata = []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "ownerReferences", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
+
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// normalize sets the target namespace on namespaced objects, strips what
+// the server owns, and checks every object names itself.
+func normalize(o *unstructured.Unstructured, namespace string, scope Scope) error {
+	if o.GetAPIVersion() == "" || o.GetKind() == "" {
+		return fmt.Errorf("%s: apiVersion and kind must be set", describe(o))
+	}
+	if _, err := schema.ParseGroupVersion(o.GetAPIVersion()); err != nil {
+		return fmt.Errorf("%s: apiVersion: %w", describe(o), err)
+	}
+	if o.GetName() == "" {
+		return fmt.Errorf("%s: metadata.name must be set", describe(o))
+	}
+	namespaced, _ := scope(o.GroupVersionKind())
+	switch {
+	case !namespaced:
+		unstructured.RemoveNestedField(o.Object, "metadata", "namespace")
+	case namespace != "":
+		o.SetNamespace(namespace)
+	}
+	for _, f := range serverOwnedMetadata {
+		unstructured.RemoveNestedField(o.Object, "metadata", f)
+	}
+	if ann := o.GetAnnotations(); ann != nil {
+		if _, ok := ann[lastAppliedAnnotation]; ok {
+			delete(ann, lastAppliedAnnotation)
+			if len(ann) == 0 {
+				unstructured.RemoveNestedField(o.Object, "metadata", "annotations")
+			} else {
+				o.SetAnnotations(ann)
+			}
+		}
+	}
+	delete(o.Object, "status")
+	if o.GetKind() == "Service" && o.GroupVersionKind().Group == "" {
+		unstructured.RemoveNestedField(o.Object, "spec", "clusterIP")
+		unstructured.RemoveNestedField(o.Object, "spec", "clusterIPs")
+	}
+	return nil
+}
+
+// sortObjects orders objects for applying: by kind rank, then group, kind,
+// namespace and name, so that the order never depends on the transform's.
+func sortObjects(objs []*unstructured.Unstructured) {
+	sort.SliceStable(objs, func(i, j int) bool {
+		a, b := objs[i], objs[j]
+		ra, rb := rank(a.GetKind()), rank(b.GetKind())
+		if ra != rb {
+			return ra < rb
+		}
+		ga, gb := a.GroupVersionKind(), b.GroupVersionKind()
+		if ga.Group != gb.Group {
+			return ga.Group < gb.Group
+		}
+		if ga.Kind != gb.Kind {
+			return ga.Kind < gb.Kind
+		}
+		if a.GetNamespace() != b.GetNamespace() {
+			return a.GetNamespace() < b.GetNamespace()
+		}
+		return a.GetName() < b.GetName()
+	})
+}
+
+func rank(kind string) int {
+	if r, ok := applyOrder[kind]; ok {
+		return r
+	}
+	return defaultRank
+}
+
+// ObjectID identifies an object as namespace_name_group_kind, the form of
+// the inventory.
+func ObjectID(o *unstructured.Unstructured) string {
+	gvk := o.GroupVersionKind()
+	return o.GetNamespace() + "_" + o.GetName() + "_" + gvk.Group + "_" + gvk.Kind
+}
+
+// describe names an object for messages: "Deployment web-dev/web".
+func describe(o *unstructured.Unstructured) string {
+	kind := o.GetKind()
+	if kind == "" {
+		kind = "object"
+	}
+	name := o.GetName()
+	if name == "" {
+		name = "(no name)"
+	}
+	if ns := o.GetNamespace(); ns != "" {
+		return kind + " " + ns + "/" + name
+	}
+	return kind + " " + name
+}

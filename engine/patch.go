@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"fmt"
+	"regexp"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/stdlib"
+)
+
+// patch is a target's static override, parsed: a strategic-merge patch (an
+// object) or a JSON6902 patch (a list of operations).
+type patch struct {
+	merge map[string]any
+	ops   []any
+	sel   *selector
+}
+
+func parsePatch(p v1alpha1.Patch) (*patch, error) {
+	var v any
+	if err := yaml.Unmarshal([]byte(p.Patch), &v); err != nil {
+		return nil, fmt.Errorf("not YAML: %w", err)
+	}
+	out := &patch{}
+	switch v := v.(type) {
+	case map[string]any:
+		out.merge = v
+		if p.Target == nil {
+			// Like kustomize: a strategic-merge patch without a selector
+			// applies to the object it names.
+			gv, _ := v["apiVersion"].(string)
+			kind, _ := v["kind"].(string)
+			name, _ := nestedString(v, "metadata", "name")
+			if kind == "" || name == "" {
+				return nil, fmt.Errorf("a strategic-merge patch without a target must have kind and metadata.name")
+			}
+			g, err := schema.ParseGroupVersion(gv)
+			if err != nil {
+				return nil, fmt.Errorf("apiVersion: %w", err)
+			}
+			out.sel = &selector{group: &g.Group, version: g.Version, kind: kind, name: regexp.MustCompile("^" + regexp.QuoteMeta(name) + "$")}
+		}
+	case []any:
+		for i, op := range v {
+			m, ok := op.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("JSON6902 operation %d: got %T, want an object", i, op)
+			}
+			if _, ok := m["op"].(string); !ok {
+				return nil, fmt.Errorf("JSON6902 operation %d: op is missing", i)
+			}
+			if _, ok := m["path"].(string); !ok {
+				return nil, fmt.Errorf("JSON6902 operation %d: path is missing", i)
+			}
+		}
+		out.ops = v
+		if p.Target == nil {
+			return nil, fmt.Errorf("a JSON6902 patch needs a target selector")
+		}
+	default:
+		return nil, fmt.Errorf("a patch is an object (strategic merge) or a list (JSON6902), got %T", v)
+	}
+	if p.Target != nil {
+		sel, err := compileSelector(p.Target)
+		if err != nil {
+			return nil, err
+		}
+		out.sel = sel
+	}
+	return out, nil
+}
+
+// apply patches every object the selector picks, in place.
+func (p *patch) apply(objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		if !p.sel.matches(o) {
+			continue
+		}
+		var (
+			res map[string]any
+			err error
+		)
+		if p.merge != nil {
+			res, err = stdlib.StrategicMerge(o.Object, p.merge)
+		} else {
+			res, err = stdlib.JSONPatch(o.Object, p.ops)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", describe(o), err)
+		}
+		o.Object = res
+	}
+	return nil
+}
+
+// selector picks objects; nil fields match everything.
+type selector struct {
+	group       *string
+	version     string
+	kind        string
+	name, ns    *regexp.Regexp
+	labels, ann labels.Selector
+}
+
+func compileSelector(s *v1alpha1.PatchSelector) (*selector, error) {
+	sel := &selector{version: s.Version, kind: s.Kind}
+	if s.Group != "" {
+		g := s.Group
+		sel.group = &g
+	}
+	var err error
+	if s.Name != "" {
+		if sel.name, err = regexp.Compile("^(?:" + s.Name + ")$"); err != nil {
+			return nil, fmt.Errorf("name: %w", err)
+		}
+	}
+	if s.Namespace != "" {
+		if sel.ns, err = regexp.Compile("^(?:" + s.Namespace + ")$"); err != nil {
+			return nil, fmt.Errorf("namespace: %w", err)
+		}
+	}
+	if s.LabelSelector != "" {
+		if sel.labels, err = labels.Parse(s.LabelSelector); err != nil {
+			return nil, fmt.Errorf("labelSelector: %w", err)
+		}
+	}
+	if s.AnnotationSelector != "" {
+		if sel.ann, err = labels.Parse(s.AnnotationSelector); err != nil {
+			return nil, fmt.Errorf("annotationSelector: %w", err)
+		}
+	}
+	return sel, nil
+}
+
+func (s *selector) matches(o *unstructured.Unstructured) bool {
+	gvk := o.GroupVersionKind()
+	switch {
+	case s.group != nil && *s.group != gvk.Group,
+		s.version != "" && s.version != gvk.Version,
+		s.kind != "" && s.kind != gvk.Kind,
+		s.name != nil && !s.name.MatchString(o.GetName()),
+		s.ns != nil && !s.ns.MatchString(o.GetNamespace()),
+		s.labels != nil && !s.labels.Matches(labels.Set(o.GetLabels())),
+		s.ann != nil && !s.ann.Matches(labels.Set(o.GetAnnotations())):
+		return false
+	}
+	return true
+}
+
+func nestedString(m map[string]any, fields ...string) (string, bool) {
+	s, ok, _ := unstructured.NestedString(m, fields...)
+	return s, ok
+}

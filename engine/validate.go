@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+var (
+	sourceNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`)
+	targetNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
+)
+
+// Validate checks the rules of a spec that the CRD enforces in a cluster
+// (and a few it cannot), so that an offline evaluation rejects what the API
+// server would. Each error names its field; Line and File are left to the
+// caller.
+func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
+	var errs FieldErrors
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	sources := map[string]*v1alpha1.Source{}
+	for i := range spec.Sources {
+		s := &spec.Sources[i]
+		f := fmt.Sprintf("spec.sources[%d]", i)
+		switch {
+		case s.Name == "":
+			add(f+".name", "must be set")
+		case len(s.Name) > 63 || !sourceNameRE.MatchString(s.Name):
+			add(f+".name", "%q must be lowercase letters, digits, '-' and '_', at most 63", s.Name)
+		case sources[s.Name] != nil:
+			add(f+".name", "duplicate source name %q", s.Name)
+		}
+		sources[s.Name] = s
+		n := 0
+		if s.Git != nil {
+			n++
+			if s.Git.URL == "" {
+				add(f+".git.url", "must be set")
+			}
+		}
+		if s.Object != nil {
+			n++
+			o := s.Object
+			if o.APIVersion == "" || o.Kind == "" || o.Name == "" {
+				add(f+".object", "apiVersion, kind and name must be set")
+			}
+		}
+		if s.Kustomize != nil {
+			n++
+		}
+		if n != 1 {
+			add(f, "exactly one of git, object and kustomize must be set")
+		}
+	}
+	for i, s := range spec.Sources {
+		if s.Kustomize == nil {
+			continue
+		}
+		f := fmt.Sprintf("spec.sources[%d].kustomize.source", i)
+		switch ref := s.Kustomize.Source; {
+		case ref == s.Name:
+			add(f, "a kustomize source cannot build from itself")
+		case sources[ref] == nil:
+			add(f, "no source named %q", ref)
+		}
+	}
+	if t := spec.Transform; t != nil {
+		switch {
+		case (t.Starlark == nil) == (t.CUE == nil):
+			add("spec.transform", "exactly one of starlark and cue must be set")
+		case t.Starlark != nil:
+			validateProgram(&errs, "spec.transform.starlark", t.Starlark, sources)
+		default:
+			validateProgram(&errs, "spec.transform.cue", &t.CUE.ProgramRef, sources)
+		}
+	}
+	for i, s := range spec.Schemas {
+		f := fmt.Sprintf("spec.schemas[%d]", i)
+		switch {
+		case (s.Source == "") == (s.Builtin == ""):
+			add(f, "exactly one of source and builtin must be set")
+		case s.Source != "" && sources[s.Source] == nil:
+			add(f+".source", "no source named %q", s.Source)
+		}
+	}
+	if len(spec.Targets) == 0 {
+		add("spec.targets", "at least one target is needed")
+	}
+	targets := map[string]bool{}
+	for i, t := range spec.Targets {
+		f := fmt.Sprintf("spec.targets[%d]", i)
+		switch {
+		case t.Name == "":
+			add(f+".name", "must be set")
+		case len(t.Name) > 63 || !targetNameRE.MatchString(t.Name):
+			add(f+".name", "%q must be lowercase letters, digits, '-', '_' and '.', at most 63", t.Name)
+		case targets[t.Name]:
+			add(f+".name", "duplicate target name %q", t.Name)
+		}
+		targets[t.Name] = true
+		if t.Namespace != "" && t.NamespaceSelector != nil {
+			add(f, "namespace and namespaceSelector are exclusive")
+		}
+		for j, p := range t.Patches {
+			pf := fmt.Sprintf("%s.patches[%d]", f, j)
+			if _, err := parsePatch(p); err != nil {
+				add(pf+".patch", "%v", err)
+			}
+			if p.Target != nil {
+				if _, err := compileSelector(p.Target); err != nil {
+					add(pf+".target", "%v", err)
+				}
+			}
+		}
+	}
+	p := spec.Policy
+	checkEnum(&errs, "spec.policy.resources", string(p.Resources), "Sync", "Keep", "Adopt", "Overwrite")
+	checkEnum(&errs, "spec.policy.deletion", string(p.Deletion), "Delete", "Orphan")
+	checkEnum(&errs, "spec.policy.drift", string(p.Drift), "Correct", "Report", "Ignore")
+	return errs
+}
+
+func validateProgram(errs *FieldErrors, f string, p *v1alpha1.ProgramRef, sources map[string]*v1alpha1.Source) {
+	add := func(field, format string, args ...any) {
+		*errs = append(*errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case (p.Path == "") == (p.Inline == ""):
+		add(f, "exactly one of path and inline must be set")
+	case p.Path != "" && p.Source == "":
+		add(f+".source", "a path needs a source")
+	}
+	if p.Source != "" && sources[p.Source] == nil {
+		add(f+".source", "no source named %q", p.Source)
+	}
+}
+
+func checkEnum(errs *FieldErrors, field, v string, allowed ...string) {
+	if v == "" {
+		return
+	}
+	for _, a := range allowed {
+		if v == a {
+			return
+		}
+	}
+	*errs = append(*errs, &FieldError{Field: field, Msg: fmt.Sprintf("%q is not one of %v", v, allowed)})
+}
