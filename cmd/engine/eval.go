@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+type evalFlags struct {
+	file    string
+	sources []string
+	targets []string
+	sets    []string
+	output  string
+	outDir  string
+	limits  lstar.Limits
+}
+
+func newEvalCmd() *cobra.Command {
+	var f evalFlags
+	cmd := &cobra.Command{
+		Use:   "eval -f sync.yaml",
+		Short: "Evaluate a ManifestSync offline and print every target's objects",
+		Long: `Evaluate a ManifestSync offline and print every target's objects.
+
+Sources are read from local copies: --source NAME=DIR for a directory,
+--source NAME=FILE for an object source. Without --source, a source NAME
+is read from the directory NAME, or the file NAME.yaml, beside sync.yaml.
+
+Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEval(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.file, "file", "f", "", "the ManifestSync file (required)")
+	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE: read source NAME from a local directory or object file (repeatable)")
+	fl.StringArrayVar(&f.targets, "target", nil, "evaluate only this target (repeatable)")
+	fl.StringArrayVar(&f.sets, "set", nil, "KEY=VALUE: set a param for every target; KEY may be dotted (a.b.c), VALUE is YAML (repeatable)")
+	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
+	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
+	addLimitFlags(fl, &f.limits)
+	return cmd
+}
+
+type flagSet interface {
+	Uint64Var(p *uint64, name string, value uint64, usage string)
+	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
+	IntVar(p *int, name string, value int, usage string)
+	Int64Var(p *int64, name string, value int64, usage string)
+}
+
+func addLimitFlags(fl flagSet, l *lstar.Limits) {
+	d := lstar.DefaultLimits()
+	fl.Uint64Var(&l.MaxSteps, "max-steps", d.MaxSteps, "Starlark execution steps per target")
+	fl.DurationVar(&l.Timeout, "timeout", d.Timeout, "wall-clock limit per target")
+	fl.IntVar(&l.MaxObjects, "max-objects", d.MaxObjects, "objects a target may have")
+	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
+}
+
+func runEval(ctx context.Context, stdout, stderr io.Writer, f *evalFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.file == "" {
+		return usageErr("eval: -f sync.yaml is required")
+	}
+	if f.output != "yaml" && f.output != "json" {
+		return usageErr("eval: -o %q: want yaml or json", f.output)
+	}
+	sf, err := readSyncFile(f.file)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	spec := &sf.Sync.Spec
+	if err := applySets(spec, f.sets); err != nil {
+		return err
+	}
+	snaps, err := localSnapshots(sf, f.sources)
+	if err != nil {
+		return err
+	}
+	res, err := engine.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
+		Limits:  f.limits,
+		Targets: f.targets,
+	})
+	if err != nil {
+		return failed(fmt.Errorf("%s: %w", f.file, err))
+	}
+	if err := writeResult(stdout, res, f); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	if err := res.Err(); err != nil {
+		return failed(err)
+	}
+	return nil
+}
+
+func readSyncFile(name string) (*engine.SyncFile, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	return engine.LoadSyncFile(name, b)
+}
+
+// localSnapshots reads every source that the spec fetches from a local
+// copy: an override from --source, or by convention NAME or NAME.yaml
+// beside the sync file.
+func localSnapshots(sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
+	spec := &sf.Sync.Spec
+	byName := map[string]*v1alpha1.Source{}
+	for i := range spec.Sources {
+		byName[spec.Sources[i].Name] = &spec.Sources[i]
+	}
+	paths := map[string]string{}
+	for _, o := range overrides {
+		name, p, ok := strings.Cut(o, "=")
+		if !ok || name == "" || p == "" {
+			return nil, usageErr("--source %q: want NAME=DIR or NAME=FILE", o)
+		}
+		if byName[name] == nil {
+			return nil, usageErr("--source %s: %s has no source named %q", o, sf.Name, name)
+		}
+		paths[name] = p
+	}
+	dir := filepath.Dir(sf.Name)
+	snaps := map[string]*engine.Snapshot{}
+	for _, s := range spec.Sources {
+		p, overridden := paths[s.Name]
+		if !overridden {
+			if s.Kustomize != nil {
+				continue // built by the engine
+			}
+			p = conventionalPath(dir, s.Name)
+			if p == "" {
+				return nil, failed(fmt.Errorf("source %q: no local copy: give --source %s=DIR (or FILE), or put it at %s", s.Name, s.Name, filepath.Join(dir, s.Name)))
+			}
+		}
+		snap, err := readLocal(p, s.Object != nil)
+		if err != nil {
+			return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
+		}
+		snaps[s.Name] = snap
+	}
+	return snaps, nil
+}
+
+func conventionalPath(dir, name string) string {
+	for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, name+".yaml")} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// readLocal reads a directory, or a file: an object for object sources, a
+// one-file tree otherwise.
+func readLocal(p string, object bool) (*engine.Snapshot, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return source.Dir(p, source.Limits{})
+	}
+	if object {
+		return source.ObjectFile(p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{filepath.Base(p): b}
+	return &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}, nil
+}
+
+// applySets sets --set KEY=VALUE in spec.params and in every target's
+// params, so that the command line wins over both.
+func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
+	if len(sets) == 0 {
+		return nil
+	}
+	set := func(raw **runtime.RawExtension) error {
+		params := map[string]any{}
+		if *raw != nil && len((*raw).Raw) > 0 {
+			if err := json.Unmarshal((*raw).Raw, &params); err != nil {
+				return err
+			}
+		}
+		for _, kv := range sets {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return usageErr("--set %q: want KEY=VALUE", kv)
+			}
+			var val any = ""
+			if docs, err := engine.DecodeDocuments([]byte(v)); err == nil && len(docs) == 1 {
+				val = docs[0].Value
+			} else if v != "" {
+				val = v
+			}
+			if err := setPath(params, strings.Split(k, "."), val); err != nil {
+				return usageErr("--set %s: %v", kv, err)
+			}
+		}
+		b, err := json.Marshal(params)
+		if err != nil {
+			return err
+		}
+		*raw = &runtime.RawExtension{Raw: b}
+		return nil
+	}
+	if err := set(&spec.Params); err != nil {
+		return err
+	}
+	for i := range spec.Targets {
+		if spec.Targets[i].Params == nil {
+			continue
+		}
+		if err := set(&spec.Targets[i].Params); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setPath(m map[string]any, keys []string, v any) error {
+	for i, k := range keys[:len(keys)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			if _, exists := m[k]; exists {
+				return fmt.Errorf("%s is not an object", strings.Join(keys[:i+1], "."))
+			}
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[keys[len(keys)-1]] = v
+	return nil
+}
+
+// writeResult prints every target that evaluated, or writes one file per
+// target into --out-dir. Failed targets are left to the caller to report.
+func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
+	if f.outDir != "" {
+		if err := os.MkdirAll(f.outDir, 0o755); err != nil {
+			return err
+		}
+	}
+	if f.output == "json" && f.outDir == "" {
+		return writeJSON(stdout, res, res.Targets)
+	}
+	for _, t := range res.Targets {
+		if t.Err != nil {
+			continue
+		}
+		if f.outDir == "" {
+			if err := writeYAML(stdout, t, true); err != nil {
+				return err
+			}
+			continue
+		}
+		name := strings.ReplaceAll(targetDisplay(t), "/", "_")
+		out, err := os.Create(filepath.Join(f.outDir, name+"."+f.output))
+		if err != nil {
+			return err
+		}
+		if f.output == "json" {
+			err = writeJSON(out, res, []*engine.TargetResult{t})
+		} else {
+			err = writeYAML(out, t, false)
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func targetDisplay(t *engine.TargetResult) string {
+	return t.ID()
+}
+
+func writeYAML(w io.Writer, t *engine.TargetResult, header bool) error {
+	var b strings.Builder
+	if header {
+		fmt.Fprintf(&b, "# target: %s\n", targetDisplay(t))
+	}
+	for _, o := range t.Objects {
+		y, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return err
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+type jsonTarget struct {
+	Name      string           `json:"name"`
+	Namespace string           `json:"namespace,omitempty"`
+	Cluster   string           `json:"cluster"`
+	Digest    string           `json:"digest"`
+	Objects   []map[string]any `json:"objects"`
+}
+
+type jsonResult struct {
+	Revision string          `json:"revision"`
+	Inputs   v1alpha1.Inputs `json:"inputs"`
+	Targets  []jsonTarget    `json:"targets"`
+}
+
+func writeJSON(w io.Writer, res *engine.Result, targets []*engine.TargetResult) error {
+	out := jsonResult{Revision: res.Revision, Inputs: res.Inputs, Targets: []jsonTarget{}}
+	for _, t := range targets {
+		if t.Err != nil {
+			continue
+		}
+		jt := jsonTarget{Name: t.Name, Namespace: t.Namespace, Cluster: t.Cluster, Digest: t.Digest, Objects: []map[string]any{}}
+		for _, o := range t.Objects {
+			jt.Objects = append(jt.Objects, o.Object)
+		}
+		out.Targets = append(out.Targets, jt)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

@@ -1,0 +1,73 @@
+// Command engine is ManifestSync's one binary: offline evaluation (eval),
+// module documentation (doc) and the version; the operator, vet, test and
+// diff join it as they are built.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes shared by every command.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // evaluation failed, or findings
+	exitUsage   = 2 // bad flags, unreadable or malformed input
+	programName = "engine"
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func failed(err error) error { return &exitError{code: exitFailed, err: err} }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(stderr, "%s: %v\n", programName, ee.err)
+		}
+		return ee.code
+	}
+	// Errors cobra makes itself are about flags and arguments.
+	fmt.Fprintf(stderr, "%s: %v\n", programName, err)
+	return exitUsage
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           programName,
+		Short:         "ManifestSync: evaluate, check and sync Kubernetes manifests",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newEvalCmd(), newDocCmd(), newVersionCmd())
+	return root
+}
