@@ -162,7 +162,7 @@ func splitYAML(data []byte) ([][]byte, error) {
 	var docs [][]byte
 	for {
 		doc, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return docs, nil
 		}
 		if err != nil {

@@ -44,7 +44,7 @@ is read from the directory NAME, or the file NAME.yaml, beside sync.yaml.
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runEval(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+			return runEval(cmd.Context(), cmd.OutOrStdout(), &f)
 		},
 	}
 	fl := cmd.Flags()
@@ -73,7 +73,7 @@ func addLimitFlags(fl flagSet, l *lstar.Limits) {
 	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
 }
 
-func runEval(ctx context.Context, stdout, stderr io.Writer, f *evalFlags) error {
+func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}

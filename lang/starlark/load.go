@@ -87,7 +87,7 @@ func (ld *loader) entry(thread *starlark.Thread, script Script) (starlark.String
 	}
 	p, err := cleanPath(script.Path)
 	if err != nil {
-		return nil, fmt.Errorf("script %q: %s %q", script.Path, err, script.Source)
+		return nil, fmt.Errorf("script %q: %w %q", script.Path, err, script.Source)
 	}
 	key := fileKey{script.Source, p}
 	data, err := ld.read(key)
