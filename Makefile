@@ -54,6 +54,10 @@ verify: generate manifests ## Fail when generated files are stale, go.mod is unt
 
 ##@ Tools
 
+.PHONY: envtest
+envtest: ## Provide etcd and kube-apiserver for operator tests under bin/envtest (cold: ~7 min).
+	@hack/envtest.sh
+
 $(CONTROLLER_GEN): $(TOOLS_MOD)
 	cd hack/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
