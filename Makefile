@@ -39,6 +39,7 @@ lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint.
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object paths=./operator/api/...
+	hack/gen-k8s-schemas.sh
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd.
@@ -49,8 +50,8 @@ verify: generate manifests ## Fail when generated files are stale, go.mod is unt
 	$(GO) mod tidy
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@git diff --exit-code -- go.mod go.sum operator/ || { echo "generated files or go.mod are stale: run make generate manifests and go mod tidy"; exit 1; }
-	@untracked=$$(git status --porcelain --untracked-files=all -- operator/ | grep '^??' || true); test -z "$$untracked" || { echo "$$untracked"; echo "generated files are not committed"; exit 1; }
+	@git diff --exit-code -- go.mod go.sum operator/ schemas/ || { echo "generated files or go.mod are stale: run make generate manifests and go mod tidy"; exit 1; }
+	@untracked=$$(git status --porcelain --untracked-files=all -- operator/ schemas/ | grep '^??' || true); test -z "$$untracked" || { echo "$$untracked"; echo "generated files are not committed"; exit 1; }
 
 ##@ Tools
 
