@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/stdlib"
@@ -81,6 +82,9 @@ type TargetResult struct {
 	// Selected is set when the target is one namespace of a
 	// namespaceSelector target.
 	Selected bool
+	// Violations are the schema violations of the target's objects; when
+	// there are any, Err is a *ValidationError holding them.
+	Violations []Violation
 }
 
 // ID names the target in messages and file names: its name, or name/namespace
@@ -126,6 +130,9 @@ func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
 	if err := e.loadTransform(ctx); err != nil {
 		return nil, err
 	}
+	if err := e.loadSchemas(); err != nil {
+		return nil, err
+	}
 	if err := e.digestInputs(); err != nil {
 		return nil, err
 	}
@@ -169,6 +176,7 @@ type evaluation struct {
 	module    *lstar.Module
 	ctxInputs starlark.Value // frozen, shared by every target
 	ctxSource starlark.Value // frozen, shared by every target
+	schemas   []*cue.Schemas
 }
 
 // resolveSources checks that every source has a snapshot, builds the
@@ -375,7 +383,7 @@ func (e *evaluation) loadTransform(ctx context.Context) error {
 		Now:         e.now(),
 		FileName:    func(source, p string) string { return fileName(e.snaps, source, p) },
 	})
-	mod, err := e.interp.Load(ctx, snapshotFiles(e.snaps), script)
+	mod, err := e.interp.Load(lstar.WithFiles(ctx, snapshotFiles(e.snaps), script.Source), snapshotFiles(e.snaps), script)
 	if err != nil {
 		return fmt.Errorf("transform: %w", err)
 	}
@@ -429,7 +437,7 @@ func (e *evaluation) digestInputs() error {
 		in.Transform = d
 	}
 	var err error
-	if in.Schemas, err = digestTyped(e.spec.Schemas); err != nil {
+	if in.Schemas, err = e.schemasDigest(); err != nil {
 		return err
 	}
 	// Params cover everything of the spec, besides sources and transform,
@@ -483,6 +491,24 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		}
 		seen[id] = i
 	}
+	if len(e.schemas) > 0 {
+		maps := make([]map[string]any, len(objs))
+		names := make([]string, len(objs))
+		for i, o := range objs {
+			maps[i], names[i] = o.Object, describe(o)
+		}
+		vs, err := e.validateObjects(maps, names)
+		if err != nil {
+			return fail(err)
+		}
+		if len(vs) > 0 {
+			res.Violations = vs
+			return fail(&ValidationError{Violations: vs})
+		}
+		for i, o := range objs {
+			o.Object = maps[i]
+		}
+	}
 	sortObjects(objs)
 	res.Objects = objs
 	res.Digests = make([]string, len(objs))
@@ -505,7 +531,7 @@ func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]a
 	if err != nil {
 		return nil, err
 	}
-	v, err := e.interp.Call(ctx, e.module, "main", c)
+	v, err := e.interp.Call(lstar.WithFiles(ctx, snapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
 	if err != nil {
 		return nil, err
 	}

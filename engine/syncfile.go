@@ -122,7 +122,7 @@ func decodeSync(name string, root *yaml.Node) (*SyncFile, error) {
 	if err := root.Decode(&generic); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	raw, err := json.Marshal(jsonable(generic))
+	raw, err := json.Marshal(JSONValue(generic))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -321,24 +321,25 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-// jsonable turns the map[string]any/[]any that yaml.v3 decodes into values
-// encoding/json accepts (yaml.v3 may produce map[any]any for odd keys).
-func jsonable(v any) any {
+// JSONValue turns the map[string]any/[]any that yaml.v3 decodes into values
+// encoding/json accepts (yaml.v3 may produce map[any]any for odd keys). It
+// changes v in place and returns it.
+func JSONValue(v any) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, e := range v {
-			v[k] = jsonable(e)
+			v[k] = JSONValue(e)
 		}
 		return v
 	case map[any]any:
 		m := make(map[string]any, len(v))
 		for k, e := range v {
-			m[fmt.Sprint(k)] = jsonable(e)
+			m[fmt.Sprint(k)] = JSONValue(e)
 		}
 		return m
 	case []any:
 		for i, e := range v {
-			v[i] = jsonable(e)
+			v[i] = JSONValue(e)
 		}
 		return v
 	}
