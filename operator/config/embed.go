@@ -1,0 +1,15 @@
+// Package config holds the operator's Kubernetes manifests in a kustomize
+// layout (crd/, and later rbac/ and manager/) and embeds the generated CRDs,
+// so that Go code validates against exactly the schema that is deployed.
+//
+// It imports nothing but embed; keep it that way, so that any package may
+// read the CRDs without pulling in a cluster client.
+package config
+
+import _ "embed" // for the go:embed directives below
+
+// ManifestSyncCRD is the CustomResourceDefinition of ManifestSync as
+// controller-gen generates it (`make manifests`): YAML, one document.
+//
+//go:embed crd/bases/manifestsync.dev_manifestsyncs.yaml
+var ManifestSyncCRD []byte
