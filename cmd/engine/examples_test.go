@@ -9,7 +9,9 @@ import (
 
 // TestExamples evaluates every example under examples/ the way its README
 // does (engine eval -f sync.yaml, sources beside it) and compares the output
-// with the example's expected.yaml. With -update it rewrites expected.yaml.
+// with the example's expected.yaml or, for an example that must fail, its
+// expected.err (exit status 1 and what eval printed on stderr). With -update
+// it rewrites them.
 func TestExamples(t *testing.T) {
 	syncs, err := filepath.Glob("../../examples/*/sync.yaml")
 	if err != nil {
@@ -22,12 +24,16 @@ func TestExamples(t *testing.T) {
 		dir := filepath.Dir(sync)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := run([]string{"eval", "-f", sync}, &stdout, &stderr); code != 0 {
-				t.Fatalf("exit %d: %s", code, stderr.String())
+			code := run([]string{"eval", "-f", sync}, &stdout, &stderr)
+			want, got, wantCode := filepath.Join(dir, "expected.yaml"), stdout.Bytes(), 0
+			if _, err := os.Stat(filepath.Join(dir, "expected.err")); err == nil {
+				want, got, wantCode = filepath.Join(dir, "expected.err"), stderr.Bytes(), 1
 			}
-			want := filepath.Join(dir, "expected.yaml")
+			if code != wantCode {
+				t.Fatalf("exit %d, want %d: %s", code, wantCode, stderr.String())
+			}
 			if *update {
-				if err := os.WriteFile(want, stdout.Bytes(), 0o644); err != nil {
+				if err := os.WriteFile(want, got, 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return
@@ -36,8 +42,8 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(b, stdout.Bytes()) {
-				t.Errorf("output differs from %s (run go test ./cmd/engine -run TestExamples -update to rewrite):\n%s", want, stdout.String())
+			if !bytes.Equal(b, got) {
+				t.Errorf("output differs from %s (run go test ./cmd/engine -run TestExamples -update to rewrite):\n%s", want, got)
 			}
 		})
 	}

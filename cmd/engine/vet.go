@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+)
+
+// vetFlags are the flags of engine vet.
+type vetFlags struct {
+	policies []string
+	output   string
+	limits   lstar.Limits
+}
+
+// vetFormats are the report formats of -o, by name.
+var vetFormats = map[string]func(io.Writer, *vetReport) error{
+	"text":  writeVetText,
+	"json":  writeVetJSON,
+	"junit": writeVetJUnit,
+	"sarif": writeVetSARIF,
+}
+
+func newVetCmd() *cobra.Command {
+	var f vetFlags
+	cmd := &cobra.Command{
+		Use:   "vet [PATHS...]",
+		Short: "Check ManifestSync files for CI: CRD schema, evaluation, schemas and policies",
+		Long: `Check every ManifestSync under PATHS (default "."): YAML files holding a
+document of kind ManifestSync, found by walking directories; files named
+on the command line must hold one.
+
+Each ManifestSync is validated against the ManifestSync CRD as the API
+server would (OpenAPI schema, defaults, CEL rules, unknown fields), then
+evaluated with its sources read as engine eval reads them (the directory
+NAME, or the file NAME.yaml, beside the ManifestSync), and every output
+object is validated against the ManifestSync's spec.schemas and against
+each --policy package (a directory of CUE files: an object of kind K is
+unified with #K and #Object where the package defines them).
+
+Every finding names a file and line: the ManifestSync's for problems of
+its spec, the schema's or policy's for problems of an output object, with
+the ManifestSync's target and the object (TARGET/Kind namespace/name).
+
+Formats (-o): text, one line per finding
+  FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name)
+json, junit (one test case per ManifestSync target) and sarif (2.1.0).
+
+Exit status: 0 no findings, 1 findings, 2 errors (bad flags, unreadable
+or malformed input, an evaluation that failed).`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runVet(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.policies, "policy", nil, "DIR: a CUE policy package every output object must satisfy (repeatable)")
+	fl.StringVarP(&f.output, "output", "o", "text", "report format: text, json, junit or sarif")
+	addLimitFlags(fl, &f.limits)
+	return cmd
+}
+
+// runVet checks every ManifestSync under paths, writes the report and
+// turns the outcome into the exit status.
+func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	write, ok := vetFormats[f.output]
+	if !ok {
+		return usageErr("vet: -o %q: want text, json, junit or sarif", f.output)
+	}
+	if len(paths) == 0 {
+		paths = []string{"."}
+	}
+	policies, err := loadPolicies(f.policies)
+	if err != nil {
+		return usageErr("vet: %w", err)
+	}
+	v := &vetter{policies: policies, limits: f.limits}
+	rep := v.run(ctx, paths)
+	if err := write(stdout, rep); err != nil {
+		return usageErr("vet: writing the report: %w", err)
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(stderr, "%s: vet: %s\n", programName, e)
+	}
+	findings := len(rep.findings())
+	switch {
+	case len(rep.Errors) > 0:
+		return &exitError{code: exitUsage, err: fmt.Errorf("vet: %s, %s", plural(len(rep.Errors), "error"), plural(findings, "finding"))}
+	case findings > 0:
+		return failed(fmt.Errorf("vet: %s in %s", plural(findings, "finding"), plural(len(rep.Syncs), "ManifestSync")))
+	case len(rep.Syncs) == 0:
+		return usageErr("vet: no ManifestSync found in %v", paths)
+	}
+	return nil
+}
+
+// plural formats a count of things: "1 finding", "2 findings".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// errNoSync is a file named on the command line that holds no ManifestSync.
+var errNoSync = errors.New("no ManifestSync (kind ManifestSync) in the file")

@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/lang/cue"
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/crd"
+)
+
+// Finding categories: what was checked.
+const (
+	categorySpec   = "spec"   // the ManifestSync itself: CRD schema, CEL rules, engine rules
+	categorySchema = "schema" // an output object against the ManifestSync's spec.schemas
+	categoryPolicy = "policy" // an output object against a --policy package
+)
+
+// ruleSpec is the rule of the engine's own checks of a spec that the CRD
+// cannot express (patches that parse, label selectors).
+const ruleSpec = "spec"
+
+// position is a place in a file; Line and Column are 1-based, 0 if unknown.
+type position struct {
+	File   string `json:"file"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+}
+
+// lineOnly is the position without its column: "file:line".
+func (p position) lineOnly() position {
+	p.Column = 0
+	return p
+}
+
+func (p position) String() string {
+	switch {
+	case p.Line > 0 && p.Column > 0:
+		return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
+	case p.Line > 0:
+		return fmt.Sprintf("%s:%d", p.File, p.Line)
+	}
+	return p.File
+}
+
+// finding is one problem vet reports.
+type finding struct {
+	Category string
+	// Rule names the check: a crd.Rule* for the CRD, "spec" for the
+	// engine's checks, the CUE definition (#Deployment) for schemas and
+	// policies.
+	Rule string
+	// Field is the offending field: of the ManifestSync for spec
+	// findings, of the object otherwise; may be empty.
+	Field   string
+	Message string
+	// Pos is where the problem is: the ManifestSync's line for spec
+	// findings, the schema's or policy's line for object findings.
+	Pos position
+	// Sync is where in the ManifestSync's file the finding belongs: the
+	// field for spec findings, the target for object findings.
+	Sync position
+	// SyncName is the ManifestSync's namespace/name.
+	SyncName string
+	// Target and Object identify the output object ("dev",
+	// "Deployment web-dev/web"); empty for spec findings.
+	Target string
+	Object string
+}
+
+// text is the finding's message with its field.
+func (f *finding) text() string {
+	if f.Field == "" {
+		return f.Message
+	}
+	return f.Field + ": " + f.Message
+}
+
+// objectID names the object with its target: "dev/Deployment web-dev/web".
+func (f *finding) objectID() string {
+	if f.Object == "" {
+		return f.Target
+	}
+	return f.Target + "/" + f.Object
+}
+
+// vetReport is the outcome of a vet run, from which every format is written.
+type vetReport struct {
+	Syncs []*syncReport
+	// Errors are the problems that kept something from being checked.
+	Errors []*vetError
+}
+
+// findings returns every finding, in report order.
+func (r *vetReport) findings() []*finding {
+	var out []*finding
+	for _, s := range r.Syncs {
+		out = append(out, s.Findings...)
+		for _, t := range s.Targets {
+			out = append(out, t.Findings...)
+		}
+	}
+	return out
+}
+
+// syncReport is one ManifestSync document and what was found in it.
+type syncReport struct {
+	Pos       position // the file and the document's first line
+	Name      string
+	Namespace string
+	// Findings are those of the spec; when there are any, the
+	// ManifestSync is not evaluated.
+	Findings []*finding
+	// Targets are the evaluated targets, or those the spec names when the
+	// evaluation did not happen.
+	Targets []*targetReport
+	// Err says why the ManifestSync could not be evaluated; it is in the
+	// report's Errors too.
+	Err *vetError
+}
+
+// displayName is "namespace/name" of the ManifestSync.
+func (s *syncReport) displayName() string {
+	if s.Namespace == "" {
+		return s.Name
+	}
+	return s.Namespace + "/" + s.Name
+}
+
+// targetReport is one target of a ManifestSync.
+type targetReport struct {
+	ID       string
+	Line     int // of the target in the ManifestSync's file
+	Findings []*finding
+	Err      *vetError
+}
+
+// vetError is a problem that kept vet from checking something.
+type vetError struct {
+	Pos position
+	Msg string
+}
+
+func (e *vetError) Error() string {
+	if e.Pos.File == "" || strings.HasPrefix(e.Msg, e.Pos.File+":") {
+		return e.Msg
+	}
+	return e.Pos.String() + ": " + e.Msg
+}
+
+// policy is a --policy package.
+type policy struct {
+	dir     string // as given, slash-separated
+	schemas *cue.Schemas
+}
+
+// loadPolicies compiles each --policy directory as a CUE package.
+func loadPolicies(dirs []string) ([]*policy, error) {
+	var out []*policy
+	for _, dir := range dirs {
+		snap, err := source.Dir(dir, source.Limits{})
+		if err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", dir, err)
+		}
+		name := filepath.ToSlash(filepath.Clean(dir))
+		s, err := cue.Load(name, snap.Files, ".")
+		if err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", dir, err)
+		}
+		out = append(out, &policy{dir: name, schemas: s})
+	}
+	return out, nil
+}
+
+// vetter checks ManifestSyncs.
+type vetter struct {
+	policies []*policy
+	limits   lstar.Limits
+	rep      *vetReport
+}
+
+// run checks every ManifestSync under paths.
+func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
+	v.rep = &vetReport{}
+	files, errs := findCandidates(paths)
+	for _, err := range errs {
+		v.rep.Errors = append(v.rep.Errors, &vetError{Msg: err.Error()})
+	}
+	for _, c := range files {
+		docs, err := readSyncDocs(c)
+		if err != nil {
+			v.rep.Errors = append(v.rep.Errors, &vetError{Pos: position{File: c.path}, Msg: err.Error()})
+			continue
+		}
+		for _, d := range docs {
+			v.rep.Syncs = append(v.rep.Syncs, v.check(ctx, d))
+		}
+	}
+	return v.rep
+}
+
+// check runs every check of one ManifestSync: the spec first, and only when
+// it is clean the evaluation and the checks of its output.
+func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
+	s := &syncReport{Pos: position{File: d.file, Line: d.root.Line}}
+	if md, ok := d.obj["metadata"].(map[string]any); ok {
+		s.Name, _ = md["name"].(string)
+		s.Namespace, _ = md["namespace"].(string)
+	}
+	s.Targets = specTargets(d)
+	failAt := func(line int, err error) *syncReport {
+		s.Err = &vetError{Pos: position{File: d.file, Line: line}, Msg: err.Error()}
+		v.rep.Errors = append(v.rep.Errors, s.Err)
+		return s
+	}
+	fail := func(err error) *syncReport { return failAt(s.Pos.Line, err) }
+
+	ms, findings, err := v.checkSpec(ctx, d, s.displayName())
+	if err != nil {
+		return fail(err)
+	}
+	if len(findings) > 0 {
+		s.Findings = findings
+		return s
+	}
+
+	// Sources are read as engine eval reads them without --source; vet
+	// has no --source, so it words a missing copy its own way.
+	dir := filepath.Dir(d.file)
+	for i, src := range ms.Spec.Sources {
+		if src.Kustomize == nil && conventionalPath(dir, src.Name) == "" {
+			return failAt(d.line(fmt.Sprintf("spec.sources[%d]", i)), fmt.Errorf("source %q: no local copy: put it at %s (a directory) or %s.yaml (an object)", src.Name, filepath.Join(dir, src.Name), filepath.Join(dir, src.Name)))
+		}
+	}
+	sf := &engine.SyncFile{Name: d.file, Sync: ms}
+	snaps, err := localSnapshots(sf, nil)
+	if err != nil {
+		return fail(err)
+	}
+	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
+		Limits:     v.limits,
+		Namespaces: offlineNamespaces(&ms.Spec),
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.Targets = nil
+	for _, t := range res.Targets {
+		tr := &targetReport{ID: t.ID(), Line: d.line(targetField(&ms.Spec, t.Name))}
+		s.Targets = append(s.Targets, tr)
+		syncPos := position{File: d.file, Line: tr.Line}
+		tr.Findings = schemaFindings(t, syncPos, s.displayName())
+		var verr *engine.ValidationError
+		switch {
+		case t.Err == nil:
+			fs, err := v.checkPolicies(t, syncPos, s.displayName())
+			tr.Findings = append(tr.Findings, fs...)
+			if err != nil {
+				tr.Err = &vetError{Pos: syncPos, Msg: err.Error()}
+				v.rep.Errors = append(v.rep.Errors, tr.Err)
+			}
+		case !errors.As(t.Err, &verr):
+			// Schema violations are findings; anything else kept the
+			// target from being evaluated.
+			tr.Err = &vetError{Pos: syncPos, Msg: t.Err.Error()}
+			v.rep.Errors = append(v.rep.Errors, tr.Err)
+		}
+	}
+	return s
+}
+
+// checkSpec validates the ManifestSync against the CRD, as the API server
+// would, and then against the engine's own rules; it returns the decoded
+// ManifestSync when both pass. The object evaluated is the one in the
+// file, as engine eval reads it, not the defaulted one.
+func (v *vetter) checkSpec(ctx context.Context, d *syncDoc, syncName string) (*v1alpha1.ManifestSync, []*finding, error) {
+	validator, err := crd.ManifestSync()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, crdErrs, err := validator.Validate(ctx, d.obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	var findings []*finding
+	add := func(rule, field, msg string) {
+		pos := position{File: d.file, Line: d.line(field)}
+		findings = append(findings, &finding{Category: categorySpec, Rule: rule, Field: field, Message: msg, Pos: pos, Sync: pos, SyncName: syncName})
+	}
+	for _, e := range crdErrs {
+		add(e.Rule, e.Field, e.Msg)
+	}
+	if len(findings) == 0 {
+		ms := &v1alpha1.ManifestSync{}
+		b, err := json.Marshal(d.obj)
+		if err != nil {
+			return nil, nil, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(ms); err != nil {
+			// The CRD was generated from the Go types, so this means
+			// the two disagree: a bug, not a finding.
+			return nil, nil, fmt.Errorf("decoding the ManifestSync: %w", err)
+		}
+		for _, e := range engine.Validate(&ms.Spec) {
+			add(ruleSpec, e.Field, e.Msg)
+		}
+		if len(findings) == 0 {
+			return ms, nil, nil
+		}
+	}
+	// By line; a finding about the whole object (the CEL rules were
+	// skipped) comes last.
+	sort.SliceStable(findings, func(i, j int) bool {
+		a, b := findings[i], findings[j]
+		if (a.Field == "") != (b.Field == "") {
+			return b.Field == ""
+		}
+		return a.Pos.Line < b.Pos.Line
+	})
+	return nil, findings, nil
+}
+
+// specTargets lists the targets a ManifestSync names, read from the
+// document as it is, for reporting on a ManifestSync that was not evaluated.
+func specTargets(d *syncDoc) []*targetReport {
+	spec, _ := d.obj["spec"].(map[string]any)
+	list, _ := spec["targets"].([]any)
+	var out []*targetReport
+	for i, t := range list {
+		m, _ := t.(map[string]any)
+		name, _ := m["name"].(string)
+		if name == "" {
+			name = fmt.Sprintf("targets[%d]", i)
+		}
+		out = append(out, &targetReport{ID: name, Line: d.line(fmt.Sprintf("spec.targets[%d]", i))})
+	}
+	return out
+}
+
+// targetField is the field path of the target named name.
+func targetField(spec *v1alpha1.ManifestSyncSpec, name string) string {
+	for i, t := range spec.Targets {
+		if t.Name == name {
+			return fmt.Sprintf("spec.targets[%d]", i)
+		}
+	}
+	return "spec.targets"
+}
+
+// schemaFindings turns the violations of a target's objects against the
+// ManifestSync's spec.schemas into findings.
+//
+// SEAM (spec.schemas): this and the *engine.ValidationError test in check
+// are the only places that read the engine's schema validation. The engine
+// reports it as TargetResult.Violations ([]engine.Violation: the object,
+// "Deployment web-dev/web", and its cue.Violation) and fails the target
+// with a *engine.ValidationError holding them; if that shape changes, only
+// these change. A target that fails validation has no objects, so the
+// policies do not see them.
+func schemaFindings(t *engine.TargetResult, sync position, syncName string) []*finding {
+	var out []*finding
+	for _, v := range t.Violations {
+		out = append(out, violationFinding(categorySchema, "", v.Violation, sync, syncName, t.ID(), v.Object))
+	}
+	return out
+}
+
+// checkPolicies validates every object of a target against every --policy
+// package. An error means a validation could not run.
+func (v *vetter) checkPolicies(t *engine.TargetResult, sync position, syncName string) ([]*finding, error) {
+	var out []*finding
+	for _, o := range t.Objects {
+		for _, p := range v.policies {
+			_, vs, err := p.schemas.Validate(o.Object)
+			if err != nil {
+				return out, fmt.Errorf("target %q: %s: --policy %s: %w", t.ID(), describeObject(o), p.dir, err)
+			}
+			for _, cv := range vs {
+				out = append(out, violationFinding(categoryPolicy, p.dir, cv, sync, syncName, t.ID(), describeObject(o)))
+			}
+		}
+	}
+	return out, nil
+}
+
+// violationFinding makes a finding of a CUE violation, located at the
+// schema's innermost position, or at the target when CUE gives none. dir,
+// when set, is the directory the schema package was loaded from, for
+// positions relative to it.
+func violationFinding(category, dir string, v cue.Violation, sync position, syncName, target, object string) *finding {
+	f := &finding{
+		SyncName: syncName,
+		Category: category,
+		Rule:     v.Rule,
+		Field:    v.Path,
+		Message:  v.Msg,
+		Pos:      sync,
+		Sync:     sync,
+		Target:   target,
+		Object:   object,
+	}
+	if f.Rule == "" {
+		f.Rule = category
+	}
+	if len(v.Pos) > 0 {
+		p := v.Pos[0]
+		f.Pos = position{File: schemaFile(dir, p.File), Line: p.Line, Column: p.Column}
+	}
+	return f
+}
+
+// schemaFile names a schema file by the path a user can open: CUE positions
+// of a package loaded with name dir may or may not start with it.
+func schemaFile(dir, name string) string {
+	switch {
+	case path.IsAbs(name) || filepath.IsAbs(name):
+		return name
+	case dir == "" || dir == "." || strings.HasPrefix(name, dir+"/"):
+		return path.Clean(name)
+	}
+	return path.Join(dir, name)
+}
+
+// describeObject names an object as the engine does: "Deployment web-dev/web".
+func describeObject(o *unstructured.Unstructured) string {
+	kind, name := o.GetKind(), o.GetName()
+	if ns := o.GetNamespace(); ns != "" {
+		name = ns + "/" + name
+	}
+	return kind + " " + name
+}
+
+// nonLabel matches what a namespace name cannot hold.
+var nonLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// offlineNamespaces makes up a namespace for each namespaceSelector target,
+// labelled so that its selector matches, so that vet evaluates such targets
+// without a cluster. The namespace is named after the target.
+func offlineNamespaces(spec *v1alpha1.ManifestSyncSpec) []engine.Namespace {
+	out := []engine.Namespace{}
+	used := map[string]bool{}
+	for _, t := range spec.Targets {
+		sel := t.NamespaceSelector
+		if sel == nil {
+			continue
+		}
+		labels := map[string]string{}
+		for k, v := range sel.MatchLabels {
+			labels[k] = v
+		}
+		for _, r := range sel.MatchExpressions {
+			switch r.Operator {
+			case metav1.LabelSelectorOpIn:
+				if len(r.Values) > 0 {
+					labels[r.Key] = r.Values[0]
+				}
+			case metav1.LabelSelectorOpExists:
+				labels[r.Key] = "true"
+			}
+		}
+		name := strings.Trim(nonLabel.ReplaceAllString(strings.ToLower(t.Name), "-"), "-")
+		if name == "" {
+			name = "selected"
+		}
+		for i, base := 2, name; used[name]; i++ {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		used[name] = true
+		out = append(out, engine.Namespace{Name: name, Labels: labels})
+	}
+	return out
+}

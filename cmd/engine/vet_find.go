@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// candidate is a YAML file that may hold ManifestSyncs.
+type candidate struct {
+	path string
+	// named is set for files given on the command line, which must hold
+	// a ManifestSync; files found by walking a directory are skipped
+	// when they hold none.
+	named bool
+}
+
+// findCandidates lists the files to read: every *.yaml and *.yml file under
+// each directory, in lexical order, and each file given by name. Nothing is
+// skipped: vet checks everything it is pointed at.
+func findCandidates(paths []string) ([]candidate, []error) {
+	var (
+		out  []candidate
+		errs []error
+		seen = map[string]bool{}
+	)
+	add := func(p string, named bool) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, candidate{path: p, named: named})
+		}
+	}
+	for _, root := range paths {
+		info, err := os.Stat(root)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !info.IsDir() {
+			add(filepath.Clean(root), true)
+			continue
+		}
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type().IsRegular() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+				add(p, false)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errs
+}
+
+// syncDoc is one ManifestSync document of a file.
+type syncDoc struct {
+	file string
+	root *yaml.Node // the document's top-level mapping, for line numbers
+	obj  map[string]any
+}
+
+// line returns the line of a field path of the document; see fieldLine.
+func (d *syncDoc) line(field string) int { return fieldLine(d.root, field) }
+
+// kindLine matches a block-style "kind: ManifestSync" line, to tell a
+// malformed ManifestSync from some other malformed YAML file.
+var kindLine = regexp.MustCompile(`(?m)^\s*kind:\s*["']?` + v1alpha1.Kind + `["']?\s*(#.*)?$`)
+
+// readSyncDocs returns the ManifestSync documents of a file: mappings whose
+// kind is ManifestSync. A file that is not YAML is an error if it was
+// named, or looks like a ManifestSync; otherwise it is none of vet's
+// business.
+func readSyncDocs(c candidate) ([]*syncDoc, error) {
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return nil, err
+	}
+	if !c.named && !bytes.Contains(data, []byte(v1alpha1.Kind)) {
+		return nil, nil
+	}
+	var docs []*syncDoc
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if c.named || kindLine.Match(data) {
+				return nil, fmt.Errorf("%s: %w", c.path, err)
+			}
+			return nil, nil
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+			continue
+		}
+		root := doc.Content[0]
+		if k := mappingValue(root, "kind"); k == nil || k.Kind != yaml.ScalarNode || k.Value != v1alpha1.Kind {
+			continue
+		}
+		var v any
+		if err := root.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", c.path, root.Line, err)
+		}
+		obj, ok := engine.JSONValue(v).(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: not an object", c.path, root.Line)
+		}
+		docs = append(docs, &syncDoc{file: c.path, root: root, obj: obj})
+	}
+	if c.named && len(docs) == 0 {
+		return nil, fmt.Errorf("%s: %w", c.path, errNoSync)
+	}
+	return docs, nil
+}
+
+// mappingValue returns the value of key in a mapping node, or nil.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// fieldLine returns the line of a field path in a YAML document: the line of
+// the field's key, or of the list item for an index. Paths are those of
+// Kubernetes field errors, "spec.targets[1].params" or
+// "metadata.labels[app.kubernetes.io/name]"; when the field is absent, the
+// line of its nearest ancestor that is present. It is what
+// engine.SyncFile.Line does for a file that loaded, here for documents that
+// may break the CRD.
+func fieldLine(root *yaml.Node, field string) int {
+	n, line := root, root.Line
+	for _, part := range splitFieldPath(field) {
+		for n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yaml.Node
+		switch n.Kind {
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(part); err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
+				line = next.Line
+			}
+		case yaml.MappingNode:
+			for j := 0; j+1 < len(n.Content); j += 2 {
+				if n.Content[j].Value == part {
+					next = n.Content[j+1]
+					line = n.Content[j].Line
+					break
+				}
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return line
+}
+
+// splitFieldPath splits "spec.targets[1].labels[a.b/c]" into spec, targets,
+// 1, labels, a.b/c: dots separate fields, brackets hold an index or a key.
+func splitFieldPath(field string) []string {
+	var parts []string
+	for field != "" {
+		switch field[0] {
+		case '.':
+			field = field[1:]
+		case '[':
+			end := strings.IndexByte(field, ']')
+			if end < 0 {
+				return append(parts, field[1:])
+			}
+			parts = append(parts, field[1:end])
+			field = field[end+1:]
+		default:
+			end := strings.IndexAny(field, ".[")
+			if end < 0 {
+				end = len(field)
+			}
+			parts = append(parts, field[:end])
+			field = field[end:]
+		}
+	}
+	return parts
+}
