@@ -85,12 +85,7 @@ const (
 // objects are unified with. Safe for concurrent use.
 type Schemas struct {
 	name string
-	src  *source
-	opts Options
-	// running has a token for each validation under way.
-	running chan struct{}
-	mu      sync.Mutex
-	idle    []*evaluator // the last used on top: one caller keeps one context
+	*pool
 }
 
 // Load compiles the CUE package in dir of an in-memory file tree (paths are
@@ -115,21 +110,11 @@ func LoadFS(name string, fsys fs.FS, dir string, opts Options) (*Schemas, error)
 	if err != nil {
 		return nil, fmt.Errorf("schemas %q: %w", name, err)
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = 1
-	}
-	if opts.RecycleAfter <= 0 {
-		opts.RecycleAfter = DefaultRecycleAfter
-	}
-	if opts.RecycleBytes <= 0 {
-		opts.RecycleBytes = DefaultRecycleBytes
-	}
-	// Compile once now, so that a broken package fails here.
-	ev, err := src.compile()
+	p, err := newPool(src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("schemas %q: %w", name, err)
 	}
-	return &Schemas{name: name, src: src, opts: opts, running: make(chan struct{}, opts.Concurrency), idle: []*evaluator{ev}}, nil
+	return &Schemas{name: name, pool: p}, nil
 }
 
 var builtins sync.Map // name -> func() (*Schemas, error)
@@ -166,48 +151,29 @@ func (s *Schemas) Name() string { return s.name }
 // it the maps and lists the schemas add nothing to (all of obj, when it has
 // that shape already and nothing is added): copy before modifying either.
 func (s *Schemas) Validate(obj map[string]any) (map[string]any, []Violation, error) {
+	return s.validate(obj, "")
+}
+
+// ValidateAs is Validate against the definition #def alone, such as
+// "Params" for #Params: for values that are not objects of a kind. It is
+// an error when the package does not define it.
+func (s *Schemas) ValidateAs(obj map[string]any, def string) (map[string]any, []Violation, error) {
+	return s.validate(obj, strings.TrimPrefix(def, "#"))
+}
+
+func (s *Schemas) validate(obj map[string]any, def string) (map[string]any, []Violation, error) {
 	data, size, err := prepare(obj)
 	if err != nil {
 		return nil, nil, fmt.Errorf("schemas %q: %w", s.name, err)
 	}
-	ev := s.take()
-	defer func() { s.put(ev) }() // ev may be replaced below
-	if ev == nil || ev.uses >= s.opts.RecycleAfter || ev.bytes >= s.opts.RecycleBytes {
-		ev = nil // let the old context be collected while compiling the new one
-		if ev, err = s.src.compile(); err != nil {
-			return nil, nil, fmt.Errorf("schemas %q: %w", s.name, err)
-		}
+	ev, err := s.acquire(size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schemas %q: %w", s.name, err)
 	}
-	ev.uses++
-	ev.bytes += size
-	out, vs, err := ev.validate(obj, data)
+	defer s.release(ev)
+	out, vs, err := ev.validate(obj, data, def)
 	if err != nil {
 		return nil, nil, fmt.Errorf("schemas %q: %w", s.name, err)
 	}
 	return out, vs, nil
-}
-
-// take waits for a free slot and returns an idle evaluator, or nil when
-// there is none yet: the caller compiles one.
-func (s *Schemas) take() *evaluator {
-	s.running <- struct{}{}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(s.idle)
-	if n == 0 {
-		return nil
-	}
-	ev := s.idle[n-1]
-	s.idle = s.idle[:n-1]
-	return ev
-}
-
-// put returns an evaluator taken, or nil if compiling it failed.
-func (s *Schemas) put(ev *evaluator) {
-	if ev != nil {
-		s.mu.Lock()
-		s.idle = append(s.idle, ev)
-		s.mu.Unlock()
-	}
-	<-s.running
 }

@@ -450,3 +450,25 @@ func heapAlloc() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+func TestValidateAs(t *testing.T) {
+	s := mustLoad(t, tree("p.cue", "package p\n#Params: {replicas: *1 | int & <10, image: string}\n"), ".")
+	got, vs, err := s.ValidateAs(map[string]any{"image": "web"}, "#Params")
+	if err != nil || len(vs) > 0 {
+		t.Fatal(err, vs)
+	}
+	if got["replicas"] != int64(1) {
+		t.Errorf("default not filled: %v", got)
+	}
+	_, vs, err = s.ValidateAs(map[string]any{"image": "web", "replicas": 20}, "Params")
+	found := false
+	for _, v := range vs {
+		found = found || v.Path == "replicas" && v.Rule == "#Params" && strings.Contains(v.Msg, "out of bound <10") && strings.HasPrefix(v.Pos[0].String(), "repo/p.cue:2:")
+	}
+	if err != nil || !found {
+		t.Errorf("violations %v, err %v; want replicas out of bound", vs, err)
+	}
+	if _, _, err := s.ValidateAs(map[string]any{}, "#Missing"); err == nil || !strings.Contains(err.Error(), "no definition #Missing") {
+		t.Errorf("missing definition: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/parser"
 )
 
 // source is a schema package, loaded and parsed once; compile builds it
@@ -19,6 +20,9 @@ import (
 type source struct {
 	mu   sync.Mutex // building reads and writes the instance
 	inst *build.Instance
+	// lazy skips evaluating the whole package when compiling: a transform
+	// is evaluated, with its inputs filled in, by each use.
+	lazy bool
 }
 
 func loadSource(name string, fsys fs.FS, dir string) (*source, error) {
@@ -34,6 +38,9 @@ func loadSource(name string, fsys fs.FS, dir string) (*source, error) {
 		},
 		// The registry is off: a dependency must be in the tree.
 		Env: []string{"CUE_REGISTRY=none"},
+	}
+	if anonymous(fsys, d) {
+		cfg.Package = "_" // files without a package clause, as cue vet takes them
 	}
 	insts := load.Instances([]string{"."}, cfg)
 	if len(insts) != 1 {
@@ -59,6 +66,9 @@ func (s *source) compile() (*evaluator, error) {
 	v := ctx.BuildInstance(s.inst)
 	if err := v.Err(); err != nil {
 		return nil, withPositions(err)
+	}
+	if s.lazy {
+		return newEvaluator(ctx, v), nil
 	}
 	if err := v.Validate(cue.Definitions(true)); err != nil {
 		return nil, withPositions(err)
@@ -157,4 +167,35 @@ func lookupDef(pkg cue.Value, name string) (cue.Value, bool) {
 	}
 	v := pkg.LookupPath(cue.MakePath(cue.Def(name)))
 	return v, v.Exists()
+}
+
+// anonymous reports whether dir holds .cue files and none of them has a
+// package clause.
+func anonymous(fsys fs.FS, dir string) bool {
+	name, found := packageName(fsys, dir)
+	return found && name == ""
+}
+
+// packageName returns the package the .cue files of dir declare, "" when
+// none declares one; found is false when dir holds no .cue file.
+func packageName(fsys fs.FS, dir string) (name string, found bool) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return "", false
+	}
+	for _, e := range entries {
+		if e.IsDir() || path.Ext(e.Name()) != ".cue" {
+			continue
+		}
+		found = true
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		f, err := parser.ParseFile(e.Name(), b, parser.PackageClauseOnly)
+		if err == nil && f.PackageName() != "" {
+			return f.PackageName(), true
+		}
+	}
+	return "", found
 }

@@ -2,6 +2,7 @@ package cue
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,10 +62,20 @@ func (ev *evaluator) schema(kind string) *kindSchema {
 	return ks
 }
 
-// validate unifies data, the prepared obj, with #<Kind> and #Object.
-func (ev *evaluator) validate(obj, data map[string]any) (map[string]any, []Violation, error) {
+// validate unifies data, the prepared obj, with #<Kind> and #Object, or
+// when def is set with that definition alone.
+func (ev *evaluator) validate(obj, data map[string]any, def string) (map[string]any, []Violation, error) {
 	kind, _ := obj["kind"].(string)
-	ks := ev.schema(kind)
+	var ks *kindSchema
+	if def != "" {
+		d, ok := lookupDef(ev.pkg, def)
+		if !ok {
+			return nil, nil, fmt.Errorf("no definition #%s", def)
+		}
+		kind, ks = def, &kindSchema{def: d, hasKind: true, all: d, any: true}
+	} else {
+		ks = ev.schema(kind)
+	}
 	if !ks.any {
 		return obj, nil, nil
 	}
@@ -74,6 +85,9 @@ func (ev *evaluator) validate(obj, data map[string]any) (map[string]any, []Viola
 	}
 	v := val.Unify(ks.all)
 	if err := check(v); err != nil {
+		if def != "" {
+			return nil, toViolations(err, "#"+def, ks.def), nil
+		}
 		return nil, ev.violations(val, kind, ks, err), nil
 	}
 	out, err := fill(v, val, data)
