@@ -58,3 +58,41 @@ func ResolvePath(ctx context.Context, p string) (files Files, source, clean stri
 	}
 	return files, source, clean, nil
 }
+
+// Trees is implemented by Files that can hand out a source's whole tree,
+// which built-ins that read directories (cue.validate of a package,
+// kustomize.build) need.
+type Trees interface {
+	// Tree returns the files of a source by clean relative path; the map
+	// is shared and must not be modified. A missing source returns an
+	// error wrapping fs.ErrNotExist.
+	Tree(source string) (map[string][]byte, error)
+}
+
+// ResolveTree is ResolvePath for built-ins that read a directory: it
+// returns the whole tree of the source the path is in, and the clean path.
+func ResolveTree(ctx context.Context, p string) (tree map[string][]byte, source, clean string, err error) {
+	files, source, clean, err := ResolvePath(ctx, p)
+	if err != nil {
+		return nil, "", "", err
+	}
+	trees, ok := files.(Trees)
+	if !ok {
+		return nil, "", "", errors.New("the source snapshots of this evaluation cannot be listed")
+	}
+	if tree, err = trees.Tree(source); err != nil {
+		return nil, "", "", fmt.Errorf("path %q: %w", p, err)
+	}
+	return tree, source, clean, nil
+}
+
+// DisplayName names path p of source in messages: through the FileName
+// method of the context's Files when it has one (the engine names files of
+// local directories by their local path), else "source/p".
+func DisplayName(ctx context.Context, source, p string) string {
+	files, _ := FilesFrom(ctx)
+	if n, ok := files.(interface{ FileName(source, p string) string }); ok {
+		return n.FileName(source, p)
+	}
+	return source + "/" + p
+}

@@ -200,6 +200,13 @@ func ContextOf(thread *starlark.Thread) context.Context {
 	return context.Background()
 }
 
+// SetContext makes ctx the context of thread, for built-ins that read it
+// with ContextOf; the Interpreter does so for the threads it runs, and
+// tests and tools that run threads of their own may too.
+func SetContext(thread *starlark.Thread, ctx context.Context) {
+	thread.SetLocal(threadContextKey, ctx)
+}
+
 // stepCheckInterval is how often, in steps, a thread checks its call depth.
 // Recursion costs at least two steps a level, so a runaway recursion ends
 // within a few hundred frames of Limits.MaxDepth.
@@ -230,7 +237,7 @@ func (in *Interpreter) start(parent context.Context, name string) *run {
 	ctx, cancel := context.WithTimeout(parent, in.limits.Timeout)
 	r := &run{limits: in.limits, parent: parent, ctx: ctx, cancel: cancel, fired: make(chan struct{})}
 	th := &starlark.Thread{Name: name, Print: in.print}
-	th.SetLocal(threadContextKey, ctx)
+	SetContext(th, ctx)
 	now := in.now
 	startime.SetNow(th, func() (time.Time, error) { return now, nil })
 	// The step limit is enforced in small slices so that the call depth is
