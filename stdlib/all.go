@@ -28,6 +28,7 @@ type Func struct {
 var registry = []Module{
 	assertModule,
 	base64Module,
+	cueModule,
 	failModule,
 	hashModule,
 	jsonModule,
@@ -54,7 +55,7 @@ func Modules() []Module {
 }
 
 // Predeclared returns the globals given to every ManifestSync script: yaml,
-// json, base64, hash, struct, math, re, time, k8s and assert. The hash module
+// json, base64, hash, struct, math, re, time, k8s, assert and cue. The hash module
 // shadows Starlark's built-in hash(x), which scripts have no use for. The values are
 // frozen and safe to share between threads; the dictionary itself is new on
 // every call.

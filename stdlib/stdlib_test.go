@@ -1,10 +1,12 @@
 package stdlib
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +20,8 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 	"go.starlark.net/syntax"
+
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
 
 // fixedNow is the clock of test threads, as the interpreter fixes it.
@@ -72,7 +76,48 @@ func newTestThread(t *testing.T) *starlark.Thread {
 		Print: func(_ *starlark.Thread, msg string) { t.Log(msg) },
 	}
 	startime.SetNow(thread, func() (time.Time, error) { return fixedNow, nil })
+	lstar.SetContext(thread, lstar.WithFiles(context.Background(), testFiles(t), "test"))
 	return thread
+}
+
+// testFiles is the snapshot of source "test": the files under
+// testdata/files, which .star tests reach by path ("schemas/app.cue").
+func testFiles(t *testing.T) treeFiles {
+	t.Helper()
+	root := filepath.Join("testdata", "files")
+	files := map[string][]byte{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		files[filepath.ToSlash(rel)], err = os.ReadFile(p)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return treeFiles{"test": files}
+}
+
+// treeFiles are source snapshots by name, as the engine gives them.
+type treeFiles map[string]map[string][]byte
+
+func (f treeFiles) ReadFile(source, name string) ([]byte, error) {
+	if b, ok := f[source][name]; ok {
+		return b, nil
+	}
+	return nil, &fs.PathError{Op: "read", Path: source + "/" + name, Err: fs.ErrNotExist}
+}
+
+func (f treeFiles) Tree(source string) (map[string][]byte, error) {
+	if t, ok := f[source]; ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("no source %q: %w", source, fs.ErrNotExist)
 }
 
 // describe renders an error with its Starlark backtrace (file:line).
@@ -126,7 +171,7 @@ func TestModulesDocumentEveryMember(t *testing.T) {
 }
 
 func TestPredeclared(t *testing.T) {
-	want := []string{"assert", "base64", "hash", "json", "k8s", "math", "re", "struct", "time", "yaml"}
+	want := []string{"assert", "base64", "cue", "hash", "json", "k8s", "math", "re", "struct", "time", "yaml"}
 	if got := Predeclared().Keys(); !slices.Equal(got, want) {
 		t.Errorf("Predeclared() = %v, want %v", got, want)
 	}
