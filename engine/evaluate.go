@@ -177,6 +177,9 @@ type evaluation struct {
 	ctxInputs starlark.Value // frozen, shared by every target
 	ctxSource starlark.Value // frozen, shared by every target
 	schemas   []*cue.Schemas
+	// cueTransform is the CUE transform, if any, and cueDigest its digest.
+	cueTransform *cue.Transform
+	cueDigest    string
 }
 
 // resolveSources checks that every source has a snapshot, builds the
@@ -351,10 +354,26 @@ func mergeParams(base, over map[string]any) map[string]any {
 	return out
 }
 
-// snapshotFiles lets load() read the source snapshots.
-type snapshotFiles map[string]*Snapshot
+// SnapshotFiles are source snapshots by name, as scripts see them: load()
+// reads them, and so do built-ins that take paths (cue.validate).
+type SnapshotFiles map[string]*Snapshot
 
-func (f snapshotFiles) ReadFile(source, name string) ([]byte, error) {
+var _ interface {
+	lstar.Files
+	lstar.Trees
+} = SnapshotFiles(nil)
+
+func (f SnapshotFiles) FileName(source, p string) string { return fileName(f, source, p) }
+
+func (f SnapshotFiles) Tree(source string) (map[string][]byte, error) {
+	s := f[source]
+	if s == nil {
+		return nil, fmt.Errorf("no source named %q: %w", source, errNotExist)
+	}
+	return s.Files, nil
+}
+
+func (f SnapshotFiles) ReadFile(source, name string) ([]byte, error) {
 	s := f[source]
 	if s == nil {
 		return nil, fmt.Errorf("no source named %q: %w", source, errNotExist)
@@ -370,7 +389,7 @@ func (e *evaluation) loadTransform(ctx context.Context) error {
 		return nil
 	}
 	if t.CUE != nil {
-		return errors.New("spec.transform.cue: CUE transforms are not supported yet")
+		return e.loadCUETransform(t.CUE)
 	}
 	script := lstar.Script{Source: t.Starlark.Source, Path: t.Starlark.Path}
 	if t.Starlark.Inline != "" {
@@ -383,7 +402,7 @@ func (e *evaluation) loadTransform(ctx context.Context) error {
 		Now:         e.now(),
 		FileName:    func(source, p string) string { return fileName(e.snaps, source, p) },
 	})
-	mod, err := e.interp.Load(lstar.WithFiles(ctx, snapshotFiles(e.snaps), script.Source), snapshotFiles(e.snaps), script)
+	mod, err := e.interp.Load(lstar.WithFiles(ctx, SnapshotFiles(e.snaps), script.Source), SnapshotFiles(e.snaps), script)
 	if err != nil {
 		return fmt.Errorf("transform: %w", err)
 	}
@@ -427,9 +446,12 @@ func (e *evaluation) digestInputs() error {
 	for name, s := range e.snaps {
 		in.Sources[name] = s.Revision
 	}
-	if e.module != nil {
+	switch {
+	case e.module != nil:
 		in.Transform = e.module.Digest()
-	} else if e.spec.Transform != nil {
+	case e.cueTransform != nil:
+		in.Transform = e.cueDigest
+	case e.spec.Transform != nil:
 		d, err := digestTyped(e.spec.Transform)
 		if err != nil {
 			return err
@@ -462,17 +484,26 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		return res
 	}
 	var objs []*unstructured.Unstructured
-	if e.module == nil {
-		for _, in := range e.objects {
-			objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
-		}
-	} else {
+	switch {
+	case e.module != nil:
 		raw, err := e.runTransform(ctx, t)
 		if err != nil {
 			return fail(err)
 		}
 		for _, m := range raw {
 			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	case e.cueTransform != nil:
+		raw, err := e.runCUETransform(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		for _, m := range raw {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	default:
+		for _, in := range e.objects {
+			objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
 		}
 	}
 	for _, p := range e.patches[t.spec.Name] {
@@ -531,7 +562,7 @@ func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]a
 	if err != nil {
 		return nil, err
 	}
-	v, err := e.interp.Call(lstar.WithFiles(ctx, snapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
+	v, err := e.interp.Call(lstar.WithFiles(ctx, SnapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
 	if err != nil {
 		return nil, err
 	}
