@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -16,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.starlark.net/starlark"
 
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/stdlib"
 )
@@ -93,8 +93,16 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 		return usageErr("test: %w", err)
 	}
 	var passed, failedN int
+	snaps := map[string]*engine.Snapshot{} // by root
 	for _, tf := range files {
-		p, fl := runStarTestFile(ctx, stdout, f.limits, tf, filter)
+		snap, ok := snaps[tf.root]
+		if !ok {
+			if snap, err = source.Dir(tf.root, source.Limits{}); err != nil {
+				return usageErr("test: %w", err)
+			}
+			snaps[tf.root] = snap
+		}
+		p, fl := runStarTestFile(ctx, stdout, f.limits, tf, engine.SnapshotFiles{tf.source(): snap}, filter)
 		passed += p
 		failedN += fl
 	}
@@ -111,7 +119,8 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 // runStarTestFile loads one test file and calls each of its test_*
 // functions, in the order they are defined. A file that does not load is
 // one failure.
-func runStarTestFile(ctx context.Context, w io.Writer, limits lstar.Limits, tf starTestFile, filter *regexp.Regexp) (passed, failedN int) {
+func runStarTestFile(ctx context.Context, w io.Writer, limits lstar.Limits, tf starTestFile, files engine.SnapshotFiles, filter *regexp.Regexp) (passed, failedN int) {
+	ctx = lstar.WithFiles(ctx, files, tf.source())
 	in := lstar.New(lstar.Options{
 		Predeclared: stdlib.Predeclared(),
 		Limits:      limits,
@@ -121,7 +130,7 @@ func runStarTestFile(ctx context.Context, w io.Writer, limits lstar.Limits, tf s
 		FileName: func(_, p string) string { return filepath.Join(tf.root, filepath.FromSlash(p)) },
 	})
 	display := filepath.Join(tf.root, filepath.FromSlash(tf.rel))
-	mod, err := in.Load(ctx, dirFiles{root: tf.root, source: tf.source()}, lstar.Script{Source: tf.source(), Path: tf.rel})
+	mod, err := in.Load(ctx, files, lstar.Script{Source: tf.source(), Path: tf.rel})
 	if err != nil {
 		fmt.Fprintf(w, "FAIL %s\n%s\n", display, indentError(err.Error()))
 		return 0, 1
@@ -204,28 +213,4 @@ func findStarTests(paths []string) ([]starTestFile, error) {
 		}
 	}
 	return out, nil
-}
-
-// dirFiles lets load() read the files of a local directory tree, as the
-// one source of a test. Paths come cleaned from the interpreter; os.Root
-// keeps symbolic links from leading out of the tree.
-type dirFiles struct {
-	root   string
-	source string
-}
-
-func (d dirFiles) ReadFile(source, name string) ([]byte, error) {
-	if source != d.source {
-		return nil, fmt.Errorf("no source named %q (a test has one source: the directory it was found under): %w", source, fs.ErrNotExist)
-	}
-	r, err := os.OpenRoot(d.root)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	b, err := r.ReadFile(path.Clean(name))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return b, err
 }
