@@ -42,6 +42,8 @@ type Violation struct {
 	Rule string
 	// Pos are the schema positions involved, the most relevant first.
 	Pos []Position
+
+	sels []string // the CUE selectors of Path
 }
 
 func (v Violation) String() string {

@@ -225,8 +225,9 @@ func TestValidateViolations(t *testing.T) {
 			"spec":       map[string]any{"replicas": int64(-1), "ports": []any{map[string]any{"port": "http"}}},
 		},
 		// CUE leaves out what is merely missing (spec.image) when
-		// there are conflicts; #Object still reports metadata.name.
-		want: []string{"metadata.labels.x [#App]", "spec.ports[0].port [#App]", "spec.replicas [#App]", "spec.replicas [#App]", "metadata.name [#Object]"},
+		// there are conflicts; a second pass without the conflicting
+		// fields finds it.
+		want: []string{"metadata.labels.x [#App]", "spec.ports[0].port [#App]", "spec.replicas [#App]", "spec.replicas [#App]", "metadata.name [#Object]", "spec.image [#App]"},
 	}, {
 		name: "missing",
 		obj:  map[string]any{"apiVersion": "example.com/v1", "kind": "App", "metadata": map[string]any{}, "spec": map[string]any{"ports": []any{}}},

@@ -86,8 +86,14 @@ func (e *positionedError) Unwrap() error { return e.err }
 
 func (e *positionedError) Error() string {
 	var b strings.Builder
-	for i, ce := range cueerrors.Errors(e.err) {
-		if i > 0 {
+	errs := cueerrors.Errors(e.err)
+	for _, ce := range errs {
+		// "N errors in empty disjunction:" only announces the errors that
+		// follow it.
+		if len(errs) > 1 && isDisjunctionSummary(ce) {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteString("; ")
 		}
 		if ps := positions(ce); len(ps) > 0 {

@@ -85,10 +85,8 @@ func (ev *evaluator) validate(obj, data map[string]any, def string) (map[string]
 	}
 	v := val.Unify(ks.all)
 	if err := check(v); err != nil {
-		if def != "" {
-			return nil, toViolations(err, "#"+def, ks.def), nil
-		}
-		return nil, ev.violations(val, kind, ks, err), nil
+		vs := ev.violationsOf(val, kind, def, ks, err)
+		return nil, ev.recheck(data, kind, def, ks, vs), nil
 	}
 	out, err := fill(v, val, data)
 	if err != nil {
@@ -153,6 +151,88 @@ func fill(v, d cue.Value, data any) (any, error) {
 	return export(v)
 }
 
+func (ev *evaluator) violationsOf(val cue.Value, kind, def string, ks *kindSchema, err error) []Violation {
+	if def != "" {
+		return toViolations(err, "#"+def, ks.def)
+	}
+	return ev.violations(val, kind, ks, err)
+}
+
+// recheck finds what conflicts hide. CUE reports a missing required field
+// or an incomplete value only when nothing conflicts, so an object with a
+// bad image and no resource limits would show the image alone. recheck
+// removes the fields in conflict from data and unifies again, once, and
+// adds the new violations that are not about the removed fields.
+func (ev *evaluator) recheck(data map[string]any, kind, def string, ks *kindSchema, vs []Violation) []Violation {
+	pruned := any(data)
+	var removed [][]string
+	for _, v := range vs {
+		if len(v.sels) == 0 {
+			return vs // the object as a whole is wrong: nothing to prune
+		}
+		pruned = without(pruned, v.sels)
+		removed = append(removed, v.sels)
+	}
+	val := ev.ctx.Encode(pruned)
+	err := check(val.Unify(ks.all))
+	if err == nil {
+		return vs
+	}
+	seen := make(map[string]bool, len(vs))
+	for _, v := range vs {
+		seen[v.Path+"\x00"+v.Msg] = true
+	}
+	for _, v := range ev.violationsOf(val, kind, def, ks, err) {
+		if seen[v.Path+"\x00"+v.Msg] || slices.ContainsFunc(removed, func(r []string) bool { return hasPrefix(v.sels, r) }) {
+			continue
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func hasPrefix(sels, prefix []string) bool {
+	return len(sels) >= len(prefix) && slices.Equal(sels[:len(prefix)], prefix)
+}
+
+// without returns v with the field at sels removed, copying only the maps
+// and lists on the way to it.
+func without(v any, sels []string) any {
+	if len(sels) == 0 {
+		return v
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		label := sels[0]
+		if u, err := strconv.Unquote(label); err == nil {
+			label = u
+		}
+		x, ok := v[label]
+		if !ok {
+			return v
+		}
+		m := make(map[string]any, len(v))
+		for k, e := range v {
+			m[k] = e
+		}
+		if len(sels) == 1 {
+			delete(m, label)
+		} else {
+			m[label] = without(x, sels[1:])
+		}
+		return m
+	case []any:
+		i, err := strconv.Atoi(sels[0])
+		if err != nil || i < 0 || i >= len(v) || len(sels) == 1 {
+			return v // an element cannot be removed without shifting the others
+		}
+		l := slices.Clone(v)
+		l[i] = without(v[i], sels[1:])
+		return l
+	}
+	return v
+}
+
 // check requires v to be valid, concrete and complete.
 func check(v cue.Value) error {
 	return v.Validate(cue.Concrete(true), cue.Final())
@@ -201,7 +281,7 @@ func toViolations(err error, rule string, def cue.Value) []Violation {
 		paths[formatPath(e.Path())]++
 	}
 	for _, e := range errs {
-		v := Violation{Path: formatPath(e.Path()), Msg: message(e), Rule: rule}
+		v := Violation{Path: formatPath(e.Path()), Msg: message(e), Rule: rule, sels: e.Path()}
 		key := v.Path + "\x00" + v.Msg
 		if seen[key] || isDisjunctionSummary(e) && paths[v.Path] > 1 {
 			continue
