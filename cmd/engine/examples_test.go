@@ -10,8 +10,8 @@ import (
 // TestExamples evaluates every example under examples/ the way its README
 // does (engine eval -f sync.yaml, sources beside it) and compares the output
 // with the example's expected.yaml or, for an example that must fail, its
-// expected.err (exit status 1 and what eval printed on stderr). With -update
-// it rewrites them.
+// expected.err (exit status 1 and what eval printed on stderr); engine vet
+// of the example must exit the same way. With -update it rewrites them.
 func TestExamples(t *testing.T) {
 	syncs, err := filepath.Glob("../../examples/*/sync.yaml")
 	if err != nil {
@@ -44,6 +44,13 @@ func TestExamples(t *testing.T) {
 			}
 			if !bytes.Equal(b, got) {
 				t.Errorf("output differs from %s (run go test ./cmd/engine -run TestExamples -update to rewrite):\n%s", want, got)
+			}
+			// engine vet agrees: a clean example has no findings, a
+			// failing one has.
+			stdout.Reset()
+			stderr.Reset()
+			if code := run([]string{"vet", dir}, &stdout, &stderr); code != wantCode {
+				t.Errorf("engine vet %s: exit %d, want %d:\n%s%s", dir, code, wantCode, stdout.String(), stderr.String())
 			}
 		})
 	}

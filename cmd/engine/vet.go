@@ -99,6 +99,7 @@ func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []
 	case len(rep.Syncs) == 0:
 		return usageErr("vet: no ManifestSync found in %v", paths)
 	}
+	fmt.Fprintf(stderr, "%s: vet: no findings in %s\n", programName, plural(len(rep.Syncs), "ManifestSync"))
 	return nil
 }
 
