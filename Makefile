@@ -6,6 +6,7 @@ BIN := $(CURDIR)/bin
 TOOLS_MOD := hack/tools/go.mod
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
+CUE := $(BIN)/cue
 PKGS := ./...
 
 .DEFAULT_GOAL := help
@@ -29,6 +30,11 @@ test: ## Run every test (installs what the tests need first).
 .PHONY: test-short
 test-short: ## Run the fast unit tests only.
 	$(GO) test -short $(PKGS)
+
+.PHONY: bench
+bench: $(CUE) ## Run the benchmarks: schema validation against cue vet (same run), then the Go benchmarks.
+	$(GO) run ./bench/cuevet -cue $(CUE) -schemas schemas/k8s -n 1000,10000
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./lang/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint.
@@ -61,6 +67,9 @@ envtest: ## Provide etcd and kube-apiserver for operator tests under bin/envtest
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)
 	cd hack/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(CUE): hack/tools/cue/go.mod
+	cd hack/tools/cue && $(GO) build -o $@ cuelang.org/go/cmd/cue
 
 $(GOLANGCI_LINT): hack/tools/lint/go.mod
 	cd hack/tools/lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
