@@ -32,8 +32,9 @@ type programCache struct {
 }
 
 type programEntry struct {
-	key  programKey
-	prog *starlark.Program
+	key   programKey
+	prog  *starlark.Program
+	sites Sites
 }
 
 func newProgramCache(max int) *programCache {
@@ -41,7 +42,7 @@ func newProgramCache(max int) *programCache {
 }
 
 // get returns the cached program for key, if any, and marks it recently used.
-func (c *programCache) get(key programKey) (*starlark.Program, bool) {
+func (c *programCache) get(key programKey) (*programEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byKey[key]
@@ -49,18 +50,19 @@ func (c *programCache) get(key programKey) (*starlark.Program, bool) {
 		return nil, false
 	}
 	c.order.MoveToFront(el)
-	return el.Value.(*programEntry).prog, true
+	return el.Value.(*programEntry), true
 }
 
 // put stores a program, evicting the least recently used beyond the bound.
-func (c *programCache) put(key programKey, prog *starlark.Program) {
+func (c *programCache) put(e *programEntry) {
+	key := e.key
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.byKey[key]; ok { // compiled concurrently by another Load
 		c.order.MoveToFront(el)
 		return
 	}
-	c.byKey[key] = c.order.PushFront(&programEntry{key: key, prog: prog})
+	c.byKey[key] = c.order.PushFront(e)
 	for c.order.Len() > c.max {
 		last := c.order.Back()
 		c.order.Remove(last)

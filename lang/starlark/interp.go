@@ -92,7 +92,8 @@ type Module struct {
 	Globals starlark.StringDict
 	Files   []LoadedFile // the script and every file it loaded (transitively), in first-load order
 
-	name string // the script's file name, for errors
+	name  string // the script's file name, for errors
+	sites Sites  // where its files build objects
 }
 
 // LoadedFile is one file a Module was made of.
@@ -134,7 +135,7 @@ func (in *Interpreter) load(ctx context.Context, files Files, script Script) (_ 
 	if err = r.finish(err); err != nil {
 		return nil, err
 	}
-	return &Module{Globals: globals, Files: ld.loaded, name: in.scriptName(script)}, nil
+	return &Module{Globals: globals, Files: ld.loaded, name: in.scriptName(script), sites: ld.sites}, nil
 }
 
 // Call calls the module's global function fn with args on a fresh thread

@@ -74,6 +74,7 @@ type loader struct {
 	done   map[fileKey]loadResult // files executed, with their globals or error
 	stack  []executing            // files being executed, outermost first
 	loaded []LoadedFile           // every file read, in first-load order
+	sites  Sites                  // where the files read build objects
 }
 
 // entry executes the script itself.
@@ -144,9 +145,16 @@ func (ld *loader) read(key fileKey) ([]byte, error) {
 func (ld *loader) exec(thread *starlark.Thread, key fileKey, filename, dir string, data []byte) (starlark.StringDict, error) {
 	sum := sha256.Sum256(data)
 	ld.loaded = append(ld.loaded, LoadedFile{Source: key.source, Path: key.path, Digest: "sha256:" + hex.EncodeToString(sum[:])})
-	prog, err := ld.in.compile(filename, data, sum)
+	compiled, err := ld.in.compile(filename, data, sum)
 	if err != nil {
 		return nil, scriptError(err)
+	}
+	prog := compiled.prog
+	for kind, ps := range compiled.sites {
+		if ld.sites == nil {
+			ld.sites = Sites{}
+		}
+		ld.sites[kind] = append(ld.sites[kind], ps...)
 	}
 	ld.stack = append(ld.stack, executing{key: key, dir: dir})
 	globals, err := prog.Init(thread, ld.in.predeclared)
@@ -158,19 +166,21 @@ func (ld *loader) exec(thread *starlark.Thread, key fileKey, filename, dir strin
 	return globals, nil
 }
 
-// compile returns the program for a file's text, from the cache if it can.
-func (in *Interpreter) compile(filename string, data []byte, sum [32]byte) (*starlark.Program, error) {
+// compile returns the program for a file's text, and the places in it that
+// build objects, from the cache if it can.
+func (in *Interpreter) compile(filename string, data []byte, sum [32]byte) (*programEntry, error) {
 	key := programKey{sum: sum, filename: filename}
-	if prog, ok := in.programs.get(key); ok {
-		return prog, nil
+	if e, ok := in.programs.get(key); ok {
+		return e, nil
 	}
 	in.programs.compiles.Add(1)
-	_, prog, err := starlark.SourceProgramOptions(&fileOptions, filename, data, in.predeclared.Has)
+	f, prog, err := starlark.SourceProgramOptions(&fileOptions, filename, data, in.predeclared.Has)
 	if err != nil {
 		return nil, err
 	}
-	in.programs.put(key, prog)
-	return prog, nil
+	e := &programEntry{key: key, prog: prog, sites: findSites(f)}
+	in.programs.put(e)
+	return e, nil
 }
 
 // resolveLoad resolves a load() module string against the file that loads
