@@ -525,10 +525,11 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	if len(e.schemas) > 0 {
 		maps := make([]map[string]any, len(objs))
 		names := make([]string, len(objs))
+		origins := make([]cue.Position, len(objs))
 		for i, o := range objs {
-			maps[i], names[i] = o.Object, describe(o)
+			maps[i], names[i], origins[i] = o.Object, describe(o), e.origin(o.GetKind())
 		}
-		vs, err := e.validateObjects(maps, names)
+		vs, err := e.validateObjects(maps, names, origins)
 		if err != nil {
 			return fail(err)
 		}

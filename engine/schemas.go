@@ -11,6 +11,9 @@ import (
 type Violation struct {
 	// Object names the object: "Deployment web-dev/web".
 	Object string
+	// Origin is where the Starlark transform builds objects of the
+	// object's kind, when it does so in one place; zero otherwise.
+	Origin cue.Position
 	cue.Violation
 }
 
@@ -26,6 +29,9 @@ func (v Violation) String() string {
 	if len(v.Pos) > 0 {
 		p := v.Pos[0]
 		fmt.Fprintf(&b, " (%s:%d:%d)", p.File, p.Line, p.Column)
+	}
+	if v.Origin.File != "" {
+		fmt.Fprintf(&b, " [built at %s:%d]", v.Origin.File, v.Origin.Line)
 	}
 	return b.String()
 }
@@ -93,7 +99,7 @@ func (e *evaluation) schemasDigest() (string, error) {
 
 // validateObjects unifies every object with every schema set, in place:
 // CUE defaults fill the objects. It returns the violations of all objects.
-func (e *evaluation) validateObjects(objs []map[string]any, names []string) ([]Violation, error) {
+func (e *evaluation) validateObjects(objs []map[string]any, names []string, origins []cue.Position) ([]Violation, error) {
 	var out []Violation
 	for i := range objs {
 		for _, s := range e.schemas {
@@ -102,7 +108,7 @@ func (e *evaluation) validateObjects(objs []map[string]any, names []string) ([]V
 				return nil, fmt.Errorf("%s: %w", names[i], err)
 			}
 			for _, v := range vs {
-				out = append(out, Violation{Object: names[i], Violation: v})
+				out = append(out, Violation{Object: names[i], Origin: origins[i], Violation: v})
 			}
 			if len(vs) == 0 && filled != nil {
 				objs[i] = filled
@@ -110,4 +116,17 @@ func (e *evaluation) validateObjects(objs []map[string]any, names []string) ([]V
 		}
 	}
 	return out, nil
+}
+
+// origin is where the Starlark transform builds objects of kind, if it
+// does so in one place.
+func (e *evaluation) origin(kind string) cue.Position {
+	if e.module == nil {
+		return cue.Position{}
+	}
+	pos, ok := e.module.Site(kind)
+	if !ok {
+		return cue.Position{}
+	}
+	return cue.Position{File: pos.Filename(), Line: int(pos.Line), Column: int(pos.Col)}
 }

@@ -81,6 +81,9 @@ type finding struct {
 	// "Deployment web-dev/web"); empty for spec findings.
 	Target string
 	Object string
+	// Origin is where the Starlark transform builds the object, when the
+	// engine can tell; zero otherwise.
+	Origin position
 }
 
 // text is the finding's message with its field.
@@ -377,7 +380,11 @@ func targetField(spec *v1alpha1.ManifestSyncSpec, name string) string {
 func schemaFindings(t *engine.TargetResult, sync position, syncName string) []*finding {
 	var out []*finding
 	for _, v := range t.Violations {
-		out = append(out, violationFinding(categorySchema, "", v.Violation, sync, syncName, t.ID(), v.Object))
+		f := violationFinding(categorySchema, "", v.Violation, sync, syncName, t.ID(), v.Object)
+		if v.Origin.File != "" {
+			f.Origin = position{File: v.Origin.File, Line: v.Origin.Line, Column: v.Origin.Column}
+		}
+		out = append(out, f)
 	}
 	return out
 }

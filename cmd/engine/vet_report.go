@@ -15,15 +15,20 @@ import (
 // writeVetText writes one line per finding:
 //
 //	FILE:LINE: RULE: MESSAGE
-//	FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name)
+//	FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name[, built at SCRIPT:LINE])
 //
-// the second form for problems of output objects. Errors go to stderr.
+// the second form for problems of output objects, naming the transform's
+// line that builds the object when the engine knows it. Errors go to stderr.
 func writeVetText(w io.Writer, rep *vetReport) error {
 	var b strings.Builder
 	for _, f := range rep.findings() {
 		fmt.Fprintf(&b, "%s: %s: %s", f.Pos.lineOnly(), f.Rule, f.text())
 		if f.Target != "" {
-			fmt.Fprintf(&b, " (%s: %s)", f.Sync.lineOnly(), f.objectID())
+			fmt.Fprintf(&b, " (%s: %s", f.Sync.lineOnly(), f.objectID())
+			if f.Origin.File != "" {
+				fmt.Fprintf(&b, ", built at %s", f.Origin.lineOnly())
+			}
+			b.WriteByte(')')
 		}
 		b.WriteByte('\n')
 	}
@@ -40,13 +45,14 @@ type (
 	}
 	jsonFinding struct {
 		position
-		Category string   `json:"category"`
-		Rule     string   `json:"rule"`
-		Field    string   `json:"field,omitempty"`
-		Message  string   `json:"message"`
-		Sync     jsonSync `json:"sync"`
-		Target   string   `json:"target,omitempty"`
-		Object   string   `json:"object,omitempty"`
+		Category string    `json:"category"`
+		Rule     string    `json:"rule"`
+		Field    string    `json:"field,omitempty"`
+		Message  string    `json:"message"`
+		Sync     jsonSync  `json:"sync"`
+		Target   string    `json:"target,omitempty"`
+		Object   string    `json:"object,omitempty"`
+		Origin   *position `json:"origin,omitempty"`
 	}
 	jsonSync struct {
 		position
@@ -67,10 +73,14 @@ type (
 func writeVetJSON(w io.Writer, rep *vetReport) error {
 	out := jsonVetReport{Findings: []jsonFinding{}, Errors: []jsonVetError{}, Checked: []jsonChecked{}}
 	for _, f := range rep.findings() {
-		out.Findings = append(out.Findings, jsonFinding{
+		jf := jsonFinding{
 			position: f.Pos, Category: f.Category, Rule: f.Rule, Field: f.Field, Message: f.Message,
 			Sync: jsonSync{position: f.Sync, Name: f.SyncName}, Target: f.Target, Object: f.Object,
-		})
+		}
+		if f.Origin.File != "" {
+			jf.Origin = &f.Origin
+		}
+		out.Findings = append(out.Findings, jf)
 	}
 	for _, e := range rep.Errors {
 		out.Errors = append(out.Errors, jsonVetError{position: e.Pos, Message: e.Msg})
@@ -296,6 +306,12 @@ func writeVetSARIF(w io.Writer, rep *vetReport) error {
 			id := 1
 			loc.ID = &id
 			r.RelatedLocations = []sarifLocation{loc}
+		}
+		if f.Origin.File != "" {
+			loc := sarifLoc(f.Origin, "where the transform builds the object")
+			id := len(r.RelatedLocations) + 1
+			loc.ID = &id
+			r.RelatedLocations = append(r.RelatedLocations, loc)
 		}
 		run.Results = append(run.Results, r)
 	}
