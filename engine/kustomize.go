@@ -1,34 +1,14 @@
 package engine
 
-import (
-	"fmt"
-	"path"
-
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-)
+import "github.com/manifestsync/manifestsync/lang/kustomize"
 
 // KustomizeBuild runs `kustomize build` over dir of a snapshot, entirely in
-// memory: remote bases, plugins and exec functions are off, so a build reads
-// nothing but the snapshot. The result is a snapshot holding one file,
+// memory (see package kustomize). The result is a snapshot holding one file,
 // "kustomize.yaml", with the built objects; its revision is the base's.
 func KustomizeBuild(base *Snapshot, dir string) (*Snapshot, error) {
-	dir = path.Clean("/" + dir)
-	fs := filesys.MakeFsInMemory()
-	for p, b := range base.Files {
-		if err := fs.WriteFile("/"+p, b); err != nil {
-			return nil, fmt.Errorf("kustomize: %w", err)
-		}
-	}
-	opts := krusty.MakeDefaultOptions()
-	k := krusty.MakeKustomizer(opts)
-	rm, err := k.Run(fs, dir)
+	out, err := kustomize.Build(base.Files, dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir[1:], err)
-	}
-	out, err := rm.AsYaml()
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir[1:], err)
+		return nil, err
 	}
 	return &Snapshot{
 		Revision: base.Revision,

@@ -1,0 +1,54 @@
+// Package kustomize runs `kustomize build` over an in-memory file tree with
+// sigs.k8s.io/kustomize/api: the kustomize source of a ManifestSync and the
+// Starlark kustomize.build both use it. Remote bases, plugins and exec
+// functions are off, and a kustomization that refers to anything remote
+// (a git base, a URL) is refused before the build, so a build reads
+// nothing but the tree.
+//
+// It is part of the language layer: the stdlib uses it, so it must not
+// import the engine.
+package kustomize
+
+import (
+	"fmt"
+	"path"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// Build builds the kustomization in dir of files (clean, slash-separated
+// relative paths) and returns the objects as a YAML stream, in the order
+// `kustomize build` prints them.
+func Build(files map[string][]byte, dir string) ([]byte, error) {
+	if err := checkHermetic(files, path.Clean(dir)); err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", path.Clean(dir), err)
+	}
+	dir = path.Clean("/" + dir)
+	fs := filesys.MakeFsInMemory()
+	for p, b := range files {
+		if err := fs.WriteFile("/"+p, b); err != nil {
+			return nil, err
+		}
+	}
+	opts := krusty.MakeDefaultOptions()
+	// As the CLI: the kustomization's sortOptions, else the legacy order.
+	opts.Reorder = krusty.ReorderOptionUnspecified
+	k := krusty.MakeKustomizer(opts)
+	rm, err := k.Run(fs, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", display(dir), err)
+	}
+	out, err := rm.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", display(dir), err)
+	}
+	return out, nil
+}
+
+func display(dir string) string {
+	if dir == "/" {
+		return "."
+	}
+	return dir[1:]
+}
