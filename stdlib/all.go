@@ -33,6 +33,7 @@ var registry = []Module{
 	hashModule,
 	jsonModule,
 	k8sModule,
+	kustomizeModule,
 	mathModule,
 	reModule,
 	structModule,
@@ -55,7 +56,7 @@ func Modules() []Module {
 }
 
 // Predeclared returns the globals given to every ManifestSync script: yaml,
-// json, base64, hash, struct, math, re, time, k8s, assert and cue. The hash module
+// json, base64, hash, struct, math, re, time, k8s, kustomize, assert and cue. The hash module
 // shadows Starlark's built-in hash(x), which scripts have no use for. The values are
 // frozen and safe to share between threads; the dictionary itself is new on
 // every call.
