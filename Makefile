@@ -24,8 +24,9 @@ build: ## Build bin/engine.
 	$(GO) build -o $(BIN)/engine ./cmd/engine
 
 .PHONY: test
-test: ## Run every test (installs what the tests need first).
-	$(GO) test -count=1 $(PKGS)
+test: ## Run every test (installs what the tests need first: etcd, sshd, kube-apiserver).
+	hack/test-deps.sh
+	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 $(PKGS)
 
 .PHONY: test-short
 test-short: ## Run the fast unit tests only.
