@@ -1,0 +1,78 @@
+package git
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+)
+
+// Reasons a fetch fails; test for them with errors.Is.
+var (
+	ErrAuth         = errors.New("authentication failed")
+	ErrHostKey      = errors.New("host key verification failed")
+	ErrUnreachable  = errors.New("host unreachable")
+	ErrRepoNotFound = errors.New("repository not found")
+	ErrRefNotFound  = errors.New("ref not found")
+	ErrPathNotFound = errors.New("path not found")
+	ErrLimit        = errors.New("limit exceeded")
+)
+
+// classify prefixes a transport error with the reason it stands for.
+func classify(err error) error {
+	var hk *hostKeyError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &hk):
+		return fmt.Errorf("%w: %w", ErrHostKey, err)
+	case errors.Is(err, transport.ErrAuthenticationRequired),
+		errors.Is(err, transport.ErrAuthorizationFailed),
+		strings.Contains(err.Error(), "ssh: unable to authenticate"):
+		return fmt.Errorf("%w: %w", ErrAuth, err)
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		return fmt.Errorf("%w: %w", ErrRepoNotFound, err)
+	case errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return fmt.Errorf("%w: the repository is empty", ErrRefNotFound)
+	case isNetError(err):
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return err
+}
+
+func isNetError(err error) bool {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
+}
+
+// redactedError is an error whose message had secrets masked.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redact masks every secret in err's message. Credentials never reach the
+// messages by design (they are taken out of URLs before go-git sees them);
+// this is the second line of defence. Secrets shorter than four bytes are
+// not masked, as masking them would garble the message.
+func redact(err error, secrets []string) error {
+	msg := err.Error()
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, s, "***")
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}

@@ -1,0 +1,273 @@
+package git
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Options configure a Fetcher. The zero value keeps the cache in memory,
+// applies the defaults of source.Limits and gives each Fetch a minute.
+type Options struct {
+	// CacheDir holds one bare repository per remote URL; "" keeps them in
+	// memory. One Fetcher at a time may use a directory.
+	CacheDir string
+	// Limits bound the files of a snapshot.
+	Limits source.Limits
+	// Timeout bounds one Fetch, ref listing and fetch included.
+	Timeout time.Duration
+}
+
+const defaultTimeout = time.Minute
+
+// Fetcher makes snapshots of Git sources, keeping a cache of repositories
+// and snapshots between calls. It is safe for concurrent use.
+type Fetcher struct {
+	opts Options
+
+	mu    sync.Mutex
+	repos map[string]*cachedRepo
+	snaps map[snapKey]cachedSnap
+}
+
+// cachedRepo is the local copy of one remote.
+type cachedRepo struct {
+	// lock holds a token while a fetch uses the repository; a channel, so
+	// that waiting for it can be cancelled.
+	lock chan struct{}
+	repo *git.Repository // opened on first use
+}
+
+type snapKey struct{ url, ref, path string }
+
+type cachedSnap struct {
+	commit plumbing.Hash
+	files  map[string][]byte
+	time   time.Time
+}
+
+// New returns a Fetcher with an empty cache.
+func New(opts Options) *Fetcher {
+	if opts.Timeout <= 0 {
+		opts.Timeout = defaultTimeout
+	}
+	return &Fetcher{opts: opts, repos: map[string]*cachedRepo{}, snaps: map[snapKey]cachedSnap{}}
+}
+
+// job is one Fetch, its inputs checked.
+type job struct {
+	remote   *remote
+	ref      v1alpha1.GitRef
+	dir      string
+	auth     transport.AuthMethod
+	caBundle []byte
+}
+
+// Fetch returns the snapshot of the source called name. auth may be nil.
+// The snapshot's file contents are shared with the cache and must not be
+// modified.
+func (f *Fetcher) Fetch(ctx context.Context, name string, src v1alpha1.GitSource, auth *Auth) (*engine.Snapshot, error) {
+	snap, display, err := f.fetch(ctx, src, auth)
+	if err != nil {
+		err = fmt.Errorf("source %q: git %s (%s): %w", name, display, describeRef(src.Ref), err)
+		return nil, redact(err, append(auth.secrets(), urlPassword(src.URL)))
+	}
+	return snap, nil
+}
+
+func urlPassword(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	p, _ := u.User.Password()
+	return p
+}
+
+func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth) (*engine.Snapshot, string, error) {
+	r, err := parseRemote(src.URL)
+	if err != nil {
+		return nil, stripUserinfo(src.URL), err
+	}
+	dir, err := cleanPath(src.Path)
+	if err != nil {
+		return nil, r.display, err
+	}
+	method, err := r.authMethod(auth, f.opts.Timeout)
+	if err != nil {
+		return nil, r.display, err
+	}
+	j := &job{remote: r, ref: src.Ref, dir: dir, auth: method}
+	if auth != nil {
+		j.caBundle = auth.CABundle
+	}
+	cause := fmt.Errorf("timed out after %s: %w", f.opts.Timeout, context.DeadlineExceeded)
+	ctx, cancel := context.WithTimeoutCause(ctx, f.opts.Timeout, cause)
+	defer cancel()
+	snap, err := f.run(ctx, j)
+	return snap, r.display, err
+}
+
+// run does j holding the lock of its repository. When ctx ends first it
+// returns at once and leaves the work to finish in the background (go-git
+// does not bound every network step by a context); the lock is released
+// only then, so the repository is never used by two fetches at once.
+func (f *Fetcher) run(ctx context.Context, j *job) (*engine.Snapshot, error) {
+	cr := f.repo(j.remote.key)
+	select {
+	case cr.lock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	type result struct {
+		snap *engine.Snapshot
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-cr.lock }()
+		snap, err := f.sync(ctx, cr, j)
+		if errors.Is(err, plumbing.ErrObjectNotFound) && ctx.Err() == nil {
+			// A fetch cut short can leave objects without those they
+			// refer to; start again from an empty cache.
+			if err = f.discard(cr, j.remote.key); err == nil {
+				snap, err = f.sync(ctx, cr, j)
+			}
+		}
+		done <- result{snap, err}
+	}()
+	select {
+	case res := <-done:
+		return res.snap, res.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (f *Fetcher) repo(key string) *cachedRepo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cr, ok := f.repos[key]
+	if !ok {
+		cr = &cachedRepo{lock: make(chan struct{}, 1)}
+		f.repos[key] = cr
+	}
+	return cr
+}
+
+// sync lists the remote's refs, fetches what the cache lacks and makes
+// the snapshot. It runs holding the repository's lock.
+func (f *Fetcher) sync(ctx context.Context, cr *cachedRepo, j *job) (*engine.Snapshot, error) {
+	if cr.repo == nil {
+		repo, err := f.open(j.remote.key)
+		if err != nil {
+			return nil, err
+		}
+		cr.repo = repo
+	}
+	sess, err := j.openSession(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer sess.Close()
+	l, err := sess.listing()
+	if err != nil {
+		return nil, err
+	}
+	t, err := resolve(j.ref, l)
+	if err != nil {
+		return nil, err
+	}
+	st := cr.repo.Storer
+	var commit *object.Commit
+	if t.pin != "" {
+		commit, err = ensurePin(ctx, sess, st, l, t)
+	} else {
+		commit, err = ensureRef(ctx, sess, st, l, t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.snapshot(st, commit, t, j)
+}
+
+// open returns the cached repository for key, creating it if need be.
+func (f *Fetcher) open(key string) (*git.Repository, error) {
+	if f.opts.CacheDir == "" {
+		return git.Init(memory.NewStorage(), nil)
+	}
+	dir := f.cacheDir(key)
+	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
+	repo, err := git.Open(st, nil)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.Init(st, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cache %s: %w", dir, err)
+	}
+	return repo, nil
+}
+
+// cacheDir is where the repository for key lives under Options.CacheDir.
+func (f *Fetcher) cacheDir(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(f.opts.CacheDir, hex.EncodeToString(sum[:16]))
+}
+
+// discard drops the cached repository for key.
+func (f *Fetcher) discard(cr *cachedRepo, key string) error {
+	cr.repo = nil
+	if f.opts.CacheDir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(f.cacheDir(key)); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	return nil
+}
+
+// snapshot returns the snapshot of commit, reading its tree only when the
+// cache holds no snapshot of it for the same URL, ref and path.
+func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j *job) (*engine.Snapshot, error) {
+	key := snapKey{url: j.remote.key, ref: describeRef(j.ref), path: j.dir}
+	f.mu.Lock()
+	cached, ok := f.snaps[key]
+	f.mu.Unlock()
+	if !ok || cached.commit != commit.Hash {
+		files, err := readFiles(st, commit, j.dir, f.opts.Limits)
+		if err != nil {
+			return nil, err
+		}
+		cached = cachedSnap{commit: commit.Hash, files: files, time: commit.Committer.When.UTC()}
+		f.mu.Lock()
+		f.snaps[key] = cached
+		f.mu.Unlock()
+	}
+	return &engine.Snapshot{
+		Revision: t.revision(cached.commit),
+		Files:    maps.Clone(cached.files),
+		Time:     cached.time,
+	}, nil
+}
