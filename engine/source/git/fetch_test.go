@@ -17,6 +17,8 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 )
 
 // testTimeout bounds every fetch of the tests.
@@ -553,7 +555,7 @@ func TestSSHHostKeys(t *testing.T) {
 // transport.
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := gittest.FreePort(t)
 	dir := t.TempDir()
 	hostKey := keygen(t, dir, "host", "")
 	keygen(t, dir, "client", "")

@@ -16,117 +16,21 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 )
 
 // Every server listens on 127.0.0.1, is started by the test that uses it
 // and is stopped by t.Cleanup.
-
-// freePort returns a port on 127.0.0.1 that nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
-}
-
-// startServer starts the server newCmd makes for a free port on
-// 127.0.0.1, runs it in its own process group until the test ends, and
-// waits until it accepts connections. As another process may take the
-// port first, it tries three ports.
-func startServer(t *testing.T, newCmd func(port int) *exec.Cmd) int {
-	t.Helper()
-	var err error
-	for range 3 {
-		port := freePort(t)
-		if err = startProcess(t, newCmd(port), port); err == nil {
-			return port
-		}
-	}
-	t.Fatal(err)
-	return 0
-}
-
-// startProcess starts cmd and waits until it listens on port. The test's
-// cleanup kills it.
-func startProcess(t *testing.T, cmd *exec.Cmd, port int) error {
-	t.Helper()
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("%s: %w", cmd.Path, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), out.String())
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited before listening:\n%s", cmd.Path, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on %s: %v\n%s", cmd.Path, addr, err, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// gitServerEnv is the environment of git servers: no user or system
-// configuration.
-func gitServerEnv(t *testing.T) []string {
-	return []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + t.TempDir(),
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CONFIG_GLOBAL=/dev/null",
-	}
-}
 
 // startGitDaemon publishes the repositories under root over git:// and
 // returns the address clients should use, through a proxy that counts
 // connections.
 func startGitDaemon(t *testing.T, root string) *countingProxy {
 	t.Helper()
-	env := gitServerEnv(t)
-	port := startServer(t, func(port int) *exec.Cmd {
+	env := gittest.ServerEnv(t)
+	port := gittest.StartServer(t, func(port int) *exec.Cmd {
 		cmd := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--informative-errors",
 			"--base-path="+root, "--listen=127.0.0.1", "--port="+strconv.Itoa(port))
 		cmd.Env = env
@@ -246,11 +150,11 @@ func startHTTP(t *testing.T, root string, configure func(*httpServer)) *httpServ
 		t.Fatal(err)
 	}
 	s := &httpServer{}
-	var stderr syncBuffer
+	var stderr gittest.Buffer
 	s.backend = &cgi.Handler{
 		Path:   gitPath,
 		Args:   []string{"http-backend"},
-		Env:    append(gitServerEnv(t), "GIT_PROJECT_ROOT="+root, "GIT_HTTP_EXPORT_ALL=1"),
+		Env:    append(gittest.ServerEnv(t), "GIT_PROJECT_ROOT="+root, "GIT_HTTP_EXPORT_ALL=1"),
 		Stderr: &stderr,
 	}
 	t.Cleanup(func() {
@@ -358,7 +262,7 @@ func startSSHD(t *testing.T) *sshServer {
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil && os.Geteuid() == 0 {
 		t.Fatal(err)
 	}
-	port := startServer(t, func(port int) *exec.Cmd {
+	port := gittest.StartServer(t, func(port int) *exec.Cmd {
 		config := strings.Join([]string{
 			"Port " + strconv.Itoa(port),
 			"ListenAddress 127.0.0.1",
