@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/source"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -37,9 +36,15 @@ func newEvalCmd() *cobra.Command {
 		Short: "Evaluate a ManifestSync offline and print every target's objects",
 		Long: `Evaluate a ManifestSync offline and print every target's objects.
 
-Sources are read from local copies: --source NAME=DIR for a directory,
---source NAME=FILE for an object source. Without --source, a source NAME
-is read from the directory NAME, or the file NAME.yaml, beside sync.yaml.
+Sources come from --source NAME=DIR (a directory), NAME=FILE (an object,
+or a one-file tree) or NAME=URL[@REF] (a Git repository). Without --source,
+a source NAME is read from the directory NAME, or the file NAME.yaml, beside
+sync.yaml; failing that, a git source is fetched as the spec says, with the
+credentials of its secretRef read from SECRET.yaml beside sync.yaml (a
+Secret manifest) when it has one. Fetched repositories are cached under the
+user cache directory (manifestsync/git), so a second run costs one ref
+listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
+branch:NAME, commit:HASH.
 
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 		Args: cobra.NoArgs,
@@ -49,7 +54,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.file, "file", "f", "", "the ManifestSync file (required)")
-	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE: read source NAME from a local directory or object file (repeatable)")
+	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME from a local directory or file, or fetch it from Git (repeatable)")
 	fl.StringArrayVar(&f.targets, "target", nil, "evaluate only this target (repeatable)")
 	fl.StringArrayVar(&f.sets, "set", nil, "KEY=VALUE: set a param for every target; KEY may be dotted (a.b.c), VALUE is YAML (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
@@ -91,7 +96,7 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	if err := applySets(spec, f.sets); err != nil {
 		return err
 	}
-	snaps, err := localSnapshots(sf, f.sources)
+	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
 	}
@@ -117,78 +122,6 @@ func readSyncFile(name string) (*engine.SyncFile, error) {
 		return nil, err
 	}
 	return engine.LoadSyncFile(name, b)
-}
-
-// localSnapshots reads every source that the spec fetches from a local
-// copy: an override from --source, or by convention NAME or NAME.yaml
-// beside the sync file.
-func localSnapshots(sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
-	spec := &sf.Sync.Spec
-	byName := map[string]*v1alpha1.Source{}
-	for i := range spec.Sources {
-		byName[spec.Sources[i].Name] = &spec.Sources[i]
-	}
-	paths := map[string]string{}
-	for _, o := range overrides {
-		name, p, ok := strings.Cut(o, "=")
-		if !ok || name == "" || p == "" {
-			return nil, usageErr("--source %q: want NAME=DIR or NAME=FILE", o)
-		}
-		if byName[name] == nil {
-			return nil, usageErr("--source %s: %s has no source named %q", o, sf.Name, name)
-		}
-		paths[name] = p
-	}
-	dir := filepath.Dir(sf.Name)
-	snaps := map[string]*engine.Snapshot{}
-	for _, s := range spec.Sources {
-		p, overridden := paths[s.Name]
-		if !overridden {
-			if s.Kustomize != nil {
-				continue // built by the engine
-			}
-			p = conventionalPath(dir, s.Name)
-			if p == "" {
-				return nil, failed(fmt.Errorf("source %q: no local copy: give --source %s=DIR (or FILE), or put it at %s", s.Name, s.Name, filepath.Join(dir, s.Name)))
-			}
-		}
-		snap, err := readLocal(p, s.Object != nil)
-		if err != nil {
-			return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
-		}
-		snaps[s.Name] = snap
-	}
-	return snaps, nil
-}
-
-func conventionalPath(dir, name string) string {
-	for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, name+".yaml")} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// readLocal reads a directory, or a file: an object for object sources, a
-// one-file tree otherwise.
-func readLocal(p string, object bool) (*engine.Snapshot, error) {
-	info, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if info.IsDir() {
-		return source.Dir(p, source.Limits{})
-	}
-	if object {
-		return source.ObjectFile(p)
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	files := map[string][]byte{filepath.Base(p): b}
-	return &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}, nil
 }
 
 // applySets sets --set KEY=VALUE in spec.params and in every target's

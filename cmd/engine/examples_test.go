@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 )
 
 // TestExamples evaluates every example under examples/ the way its README
@@ -12,6 +17,11 @@ import (
 // with the example's expected.yaml or, for an example that must fail, its
 // expected.err (exit status 1 and what eval printed on stderr); engine vet
 // of the example must exit the same way. With -update it rewrites them.
+//
+// An example whose sources come from Git keeps each repository's content
+// in git/NAME/ and the arguments that point eval at them in eval.args: the
+// test publishes every git/NAME as NAME.git on a git daemon on 127.0.0.1
+// and replaces $GIT in the arguments with the daemon's URL.
 func TestExamples(t *testing.T) {
 	syncs, err := filepath.Glob("../../examples/*/sync.yaml")
 	if err != nil {
@@ -23,8 +33,9 @@ func TestExamples(t *testing.T) {
 	for _, sync := range syncs {
 		dir := filepath.Dir(sync)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
+			args, fetches := exampleArgs(t, dir)
 			var stdout, stderr bytes.Buffer
-			code := run([]string{"eval", "-f", sync}, &stdout, &stderr)
+			code := run(append([]string{"eval", "-f", sync}, args...), &stdout, &stderr)
 			want, got, wantCode := filepath.Join(dir, "expected.yaml"), stdout.Bytes(), 0
 			if _, err := os.Stat(filepath.Join(dir, "expected.err")); err == nil {
 				want, got, wantCode = filepath.Join(dir, "expected.err"), stderr.Bytes(), 1
@@ -45,6 +56,9 @@ func TestExamples(t *testing.T) {
 			if !bytes.Equal(b, got) {
 				t.Errorf("output differs from %s (run go test ./cmd/engine -run TestExamples -update to rewrite):\n%s", want, got)
 			}
+			if fetches {
+				return // vet has no --source: it would fetch from the example's hosts
+			}
 			// engine vet agrees: a clean example has no findings, a
 			// failing one has.
 			stdout.Reset()
@@ -54,4 +68,34 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exampleArgs returns the extra eval arguments of the example in dir, from
+// its eval.args, serving its git/ repositories first; fetches reports
+// whether it fetches from Git.
+func exampleArgs(t *testing.T, dir string) (args []string, fetches bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "eval.args"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	repos, err := filepath.Glob(filepath.Join(dir, "git", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, r := range repos {
+		gittest.Publish(t, root, filepath.Base(r), r)
+	}
+	url := gittest.Daemon(t, root)
+	// Fetched repositories are cached under the user cache directory.
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			args = append(args, strings.Fields(strings.ReplaceAll(line, "$GIT", url))...)
+		}
+	}
+	return args, len(repos) > 0
 }

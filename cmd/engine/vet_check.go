@@ -242,17 +242,21 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return s
 	}
 
-	// Sources are read as engine eval reads them without --source; vet
-	// has no --source, so it words a missing copy its own way.
+	// Sources are read as engine eval reads them without --source (git
+	// sources without a local copy are fetched); vet has no --source, so
+	// it words a missing copy its own way.
 	dir := filepath.Dir(d.file)
 	for i, src := range ms.Spec.Sources {
-		if src.Kustomize == nil && conventionalPath(dir, src.Name) == "" {
+		if src.Kustomize == nil && src.Git == nil && conventionalPath(dir, src.Name) == "" {
 			return failAt(d.line(fmt.Sprintf("spec.sources[%d]", i)), fmt.Errorf("source %q: no local copy: put it at %s (a directory) or %s.yaml (an object)", src.Name, filepath.Join(dir, src.Name), filepath.Join(dir, src.Name)))
 		}
 	}
 	sf := &engine.SyncFile{Name: d.file, Sync: ms}
-	snaps, err := localSnapshots(sf, nil)
-	if err != nil {
+	snaps, err := resolveSources(ctx, sf, nil)
+	var se *sourceError
+	if errors.As(err, &se) {
+		return failAt(d.line(fmt.Sprintf("spec.sources[%d]", se.index)), err)
+	} else if err != nil {
 		return fail(err)
 	}
 	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// resolveSources takes the snapshot of every source the engine does not
+// build itself: an override from --source (a directory, a file or a Git
+// URL), else a local copy beside the sync file (NAME/ or NAME.yaml), else,
+// for a git source, a fetch of what the spec names.
+func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
+	spec := &sf.Sync.Spec
+	byName := map[string]*v1alpha1.Source{}
+	for i := range spec.Sources {
+		byName[spec.Sources[i].Name] = &spec.Sources[i]
+	}
+	given := map[string]string{}
+	for _, o := range overrides {
+		name, p, ok := strings.Cut(o, "=")
+		if !ok || name == "" || p == "" {
+			return nil, usageErr("--source %q: want NAME=DIR, NAME=FILE or NAME=URL[@REF]", o)
+		}
+		if byName[name] == nil {
+			return nil, usageErr("--source %s: %s has no source named %q", o, sf.Name, name)
+		}
+		given[name] = p
+	}
+	dir := filepath.Dir(sf.Name)
+	snaps := map[string]*engine.Snapshot{}
+	for i, s := range spec.Sources {
+		var (
+			snap *engine.Snapshot
+			err  error
+		)
+		p, overridden := given[s.Name]
+		switch {
+		case overridden && isGitURL(p):
+			if s.Git == nil {
+				return nil, usageErr("--source %s=%s: source %q is not a git source", s.Name, p, s.Name)
+			}
+			g, perr := gitOverride(*s.Git, p)
+			if perr != nil {
+				return nil, usageErr("--source %s=%s: %w", s.Name, p, perr)
+			}
+			snap, err = fetchGit(ctx, dir, s.Name, g)
+		case overridden:
+			snap, err = readLocalSource(s, p)
+		case s.Kustomize != nil:
+			continue // built by the engine
+		case conventionalPath(dir, s.Name) != "":
+			snap, err = readLocalSource(s, conventionalPath(dir, s.Name))
+		case s.Git != nil:
+			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
+		default:
+			return nil, failed(fmt.Errorf("source %q: no local copy: give --source %s=FILE, or put it at %s.yaml", s.Name, s.Name, filepath.Join(dir, s.Name)))
+		}
+		if err != nil {
+			return nil, &sourceError{index: i, err: err}
+		}
+		snaps[s.Name] = snap
+	}
+	return snaps, nil
+}
+
+// sourceError is the failure to read spec.sources[index]; it keeps the
+// exit code of err, and lets vet name the source's line.
+type sourceError struct {
+	index int
+	err   error
+}
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+func readLocalSource(s v1alpha1.Source, p string) (*engine.Snapshot, error) {
+	snap, err := readLocal(p, s.Object != nil)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
+	}
+	return snap, nil
+}
+
+func conventionalPath(dir, name string) string {
+	for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, name+".yaml")} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// readLocal reads a directory, or a file: an object for object sources, a
+// one-file tree otherwise.
+func readLocal(p string, object bool) (*engine.Snapshot, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return source.Dir(p, source.Limits{})
+	}
+	if object {
+		return source.ObjectFile(p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{filepath.Base(p): b}
+	return &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}, nil
+}
+
+// isGitURL reports whether a --source value names a remote repository
+// rather than a local path.
+func isGitURL(p string) bool {
+	return strings.Contains(p, "://") || scpLike.MatchString(p)
+}
+
+// scpLike matches the scp-like syntax of ssh remotes: user@host:path.
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:`)
+
+// gitOverride makes the source a --source URL[@REF] names: the spec's
+// source with another URL and, when given, another ref; its path stays.
+func gitOverride(spec v1alpha1.GitSource, value string) (v1alpha1.GitSource, error) {
+	url, ref := splitRef(value)
+	spec.URL = url
+	if ref == "" {
+		return spec, nil
+	}
+	r, err := parseRef(ref)
+	if err != nil {
+		return spec, err
+	}
+	spec.Ref = r
+	return spec, nil
+}
+
+// splitRef splits URL@REF at the last "@" of the URL's path, so that the
+// user of ssh://git@host/repo and git@host:repo is not taken for a ref.
+func splitRef(value string) (url, ref string) {
+	pathStart := 0
+	if i := strings.Index(value, "://"); i >= 0 {
+		if j := strings.Index(value[i+3:], "/"); j >= 0 {
+			pathStart = i + 3 + j
+		} else {
+			return value, ""
+		}
+	} else if loc := scpLike.FindStringIndex(value); loc != nil {
+		pathStart = loc[1]
+	}
+	if i := strings.LastIndex(value[pathStart:], "@"); i >= 0 {
+		return value[:pathStart+i], value[pathStart+i+1:]
+	}
+	return value, ""
+}
+
+var commitHash = regexp.MustCompile(`^[0-9a-f]{7,40}$`)
+
+// parseRef reads REF: tag:NAME, semver:RANGE, branch:NAME, commit:HASH, or
+// a bare branch name or commit hash.
+func parseRef(ref string) (v1alpha1.GitRef, error) {
+	kind, value, ok := strings.Cut(ref, ":")
+	if !ok {
+		if commitHash.MatchString(ref) {
+			return v1alpha1.GitRef{Commit: ref}, nil
+		}
+		return v1alpha1.GitRef{Branch: ref}, nil
+	}
+	if value == "" {
+		return v1alpha1.GitRef{}, fmt.Errorf("ref %q: empty %s", ref, kind)
+	}
+	switch kind {
+	case "tag":
+		return v1alpha1.GitRef{Tag: value}, nil
+	case "semver":
+		return v1alpha1.GitRef{SemVer: value}, nil
+	case "branch":
+		return v1alpha1.GitRef{Branch: value}, nil
+	case "commit":
+		if !commitHash.MatchString(value) {
+			return v1alpha1.GitRef{}, fmt.Errorf("ref %q: a commit is 7 to 40 lowercase hex digits", ref)
+		}
+		return v1alpha1.GitRef{Commit: value}, nil
+	}
+	return v1alpha1.GitRef{}, fmt.Errorf("ref %q: want tag:, semver:, branch: or commit: (or a bare branch or commit)", ref)
+}
+
+// fetchGit fetches a git source with the credentials of its secretRef,
+// read from SECRET.yaml beside the sync file when it exists.
+func fetchGit(ctx context.Context, dir, name string, src v1alpha1.GitSource) (*engine.Snapshot, error) {
+	var auth *git.Auth
+	if src.SecretRef != nil {
+		p := filepath.Join(dir, src.SecretRef.Name+".yaml")
+		if _, err := os.Stat(p); err == nil {
+			data, err := readSecretData(p)
+			if err != nil {
+				return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: secretRef %s: %w", name, p, err)}
+			}
+			auth = git.FromSecretData(data)
+		}
+	}
+	snap, err := gitFetcher().Fetch(ctx, name, src, auth)
+	if err != nil {
+		return nil, failed(err)
+	}
+	return snap, nil
+}
+
+// gitFetcher is the process's one Fetcher, caching under the user cache
+// directory (or in memory when there is none).
+var gitFetcher = sync.OnceValue(func() *git.Fetcher {
+	opts := git.Options{}
+	if dir, err := os.UserCacheDir(); err == nil {
+		opts.CacheDir = filepath.Join(dir, "manifestsync", "git")
+	}
+	return git.New(opts)
+})
+
+// readSecretData reads the data of a Secret manifest: data (base64) and
+// stringData (plain) merged, as the API server merges them.
+func readSecretData(p string) (map[string][]byte, error) {
+	snap, err := source.ObjectFile(p)
+	if err != nil {
+		return nil, err
+	}
+	obj := snap.Object
+	if obj["kind"] != "Secret" {
+		return nil, fmt.Errorf("holds a %v, want a Secret", obj["kind"])
+	}
+	out := map[string][]byte{}
+	if data, ok := obj["data"].(map[string]any); ok {
+		for k, v := range data {
+			s, _ := v.(string)
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				return nil, fmt.Errorf("data.%s: %w", k, err)
+			}
+			out[k] = b
+		}
+	}
+	if data, ok := obj["stringData"].(map[string]any); ok {
+		for k, v := range data {
+			s, _ := v.(string)
+			out[k] = []byte(s)
+		}
+	}
+	return out, nil
+}

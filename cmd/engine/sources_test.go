@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+func TestSplitRef(t *testing.T) {
+	for _, tc := range []struct{ in, url, ref string }{
+		{"https://git.example.com/org/repo.git", "https://git.example.com/org/repo.git", ""},
+		{"https://git.example.com/org/repo.git@main", "https://git.example.com/org/repo.git", "main"},
+		{"https://user@git.example.com/repo.git@tag:v1.2.0", "https://user@git.example.com/repo.git", "tag:v1.2.0"},
+		{"ssh://git@git.example.com/repo.git", "ssh://git@git.example.com/repo.git", ""},
+		{"ssh://git@git.example.com/repo.git@branch:feature/x", "ssh://git@git.example.com/repo.git", "branch:feature/x"},
+		{"git@github.com:org/repo.git", "git@github.com:org/repo.git", ""},
+		{"git@github.com:org/repo.git@semver:>=1.2 <2", "git@github.com:org/repo.git", "semver:>=1.2 <2"},
+		{"git://127.0.0.1:9418", "git://127.0.0.1:9418", ""},
+	} {
+		url, ref := splitRef(tc.in)
+		if url != tc.url || ref != tc.ref {
+			t.Errorf("splitRef(%q) = %q, %q; want %q, %q", tc.in, url, ref, tc.url, tc.ref)
+		}
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want v1alpha1.GitRef
+		err  string
+	}{
+		{in: "main", want: v1alpha1.GitRef{Branch: "main"}},
+		{in: "release/1.x", want: v1alpha1.GitRef{Branch: "release/1.x"}},
+		{in: "4f2c9a1", want: v1alpha1.GitRef{Commit: "4f2c9a1"}},
+		{in: "tag:v1.2.0", want: v1alpha1.GitRef{Tag: "v1.2.0"}},
+		{in: "semver:>=1.2 <2", want: v1alpha1.GitRef{SemVer: ">=1.2 <2"}},
+		{in: "branch:4f2c9a1", want: v1alpha1.GitRef{Branch: "4f2c9a1"}},
+		{in: "commit:xyz", err: "7 to 40 lowercase hex digits"},
+		{in: "head:main", err: "want tag:, semver:, branch: or commit:"},
+		{in: "tag:", err: "empty tag"},
+	} {
+		got, err := parseRef(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseRef(%q): error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseRef(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestEvalGit evaluates a ManifestSync whose source is fetched from a git
+// daemon on 127.0.0.1: as the spec says, and overridden by --source.
+func TestEvalGit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a git daemon")
+	}
+	content := t.TempDir()
+	writeFiles(t, content, map[string]string{
+		"deploy/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {MODE: git}\n",
+		"README.md":      "outside the path\n",
+	})
+	root := t.TempDir()
+	hash := gittest.Publish(t, root, "config", content)
+	url := gittest.Daemon(t, root) + "/config.git"
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+
+	dir := t.TempDir()
+	sync := filepath.Join(dir, "sync.yaml")
+	writeFiles(t, dir, map[string]string{"sync.yaml": `apiVersion: manifestsync.dev/v1alpha1
+kind: ManifestSync
+metadata: {name: web, namespace: platform}
+spec:
+  sources:
+  - name: config
+    git: {url: "` + url + `", ref: {branch: main}, path: deploy}
+  targets:
+  - name: dev
+    namespace: dev
+`})
+	eval := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"eval", "-f", sync, "-o", "json"}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	revision := func(out string) string {
+		t.Helper()
+		var res struct {
+			Inputs struct{ Sources map[string]string } `json:"inputs"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		return res.Inputs.Sources["config"]
+	}
+
+	// As the spec says, twice: the second run is served from the cache.
+	for range 2 {
+		code, out, errOut := eval()
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if got := revision(out); got != "main@sha1:"+hash {
+			t.Errorf("revision %q, want main@sha1:%s", got, hash)
+		}
+		if !strings.Contains(out, `"MODE": "git"`) {
+			t.Errorf("output lacks the fetched object:\n%s", out)
+		}
+	}
+	// Pinned to the commit by --source URL@REF; the path stays.
+	code, out, errOut := eval("--source", "config="+url+"@"+hash[:10])
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := revision(out); got != "sha1:"+hash {
+		t.Errorf("pinned revision %q, want sha1:%s", got, hash)
+	}
+	// A ref the remote does not have fails the evaluation, naming it.
+	code, _, errOut = eval("--source", "config="+url+"@tag:v9.9.9")
+	if code != exitFailed || !strings.Contains(errOut, `source "config"`) || !strings.Contains(errOut, `tag "v9.9.9"`) {
+		t.Errorf("missing tag: exit %d, %s", code, errOut)
+	}
+	// A URL for a source that is not a git source is a usage error.
+	code, _, errOut = eval("--source", "nosuch="+url)
+	if code != exitUsage || !strings.Contains(errOut, `no source named "nosuch"`) {
+		t.Errorf("unknown source: exit %d, %s", code, errOut)
+	}
+}
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
