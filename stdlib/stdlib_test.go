@@ -76,7 +76,7 @@ func newTestThread(t *testing.T) *starlark.Thread {
 		Print: func(_ *starlark.Thread, msg string) { t.Log(msg) },
 	}
 	startime.SetNow(thread, func() (time.Time, error) { return fixedNow, nil })
-	lstar.SetContext(thread, lstar.WithFiles(context.Background(), testFiles(t), "test"))
+	lstar.SetContext(lstar.WithFiles(context.Background(), testFiles(t), "test"), thread)
 	return thread
 }
 

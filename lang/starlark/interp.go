@@ -204,7 +204,7 @@ func ContextOf(thread *starlark.Thread) context.Context {
 // SetContext makes ctx the context of thread, for built-ins that read it
 // with ContextOf; the Interpreter does so for the threads it runs, and
 // tests and tools that run threads of their own may too.
-func SetContext(thread *starlark.Thread, ctx context.Context) {
+func SetContext(ctx context.Context, thread *starlark.Thread) {
 	thread.SetLocal(threadContextKey, ctx)
 }
 
@@ -238,7 +238,7 @@ func (in *Interpreter) start(parent context.Context, name string) *run {
 	ctx, cancel := context.WithTimeout(parent, in.limits.Timeout)
 	r := &run{limits: in.limits, parent: parent, ctx: ctx, cancel: cancel, fired: make(chan struct{})}
 	th := &starlark.Thread{Name: name, Print: in.print}
-	SetContext(th, ctx)
+	SetContext(ctx, th)
 	now := in.now
 	startime.SetNow(th, func() (time.Time, error) { return now, nil })
 	// The step limit is enforced in small slices so that the call depth is
