@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// timeout bounds every wait for the operator.
+const timeout = 10 * time.Second
+
+// eventually calls cond every 50ms until it returns nil, and fails the test
+// with its last error when within has passed.
+func eventually(t testing.TB, within time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// inline is a Starlark transform written in the spec.
+func inline(script string) *v1alpha1.Transform {
+	return &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Inline: script}}
+}
+
+func params(json string) *runtime.RawExtension {
+	return &runtime.RawExtension{Raw: []byte(json)}
+}
+
+func targets(namespaces ...string) []v1alpha1.Target {
+	out := make([]v1alpha1.Target, len(namespaces))
+	for i, ns := range namespaces {
+		out[i] = v1alpha1.Target{Name: fmt.Sprintf("t%d", i), Namespace: ns}
+	}
+	return out
+}
+
+// createSync creates ms and, when the test ends, deletes it and waits until
+// the operator has finalized it, so that no test's operator work runs into
+// the next test.
+func createSync(t testing.TB, ms *v1alpha1.ManifestSync) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, ms); err != nil {
+		t.Fatalf("creating ManifestSync: %v", err)
+	}
+	key := client.ObjectKeyFromObject(ms)
+	t.Cleanup(func() {
+		obj := &v1alpha1.ManifestSync{}
+		obj.Namespace, obj.Name = key.Namespace, key.Name
+		if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ManifestSync: %v", err)
+			return
+		}
+		eventually(t, timeout, func() error { return gone(obj) })
+	})
+}
+
+// updateSync changes a ManifestSync, retrying on conflicts with the
+// operator's writes.
+func updateSync(t testing.TB, ms *v1alpha1.ManifestSync, change func(*v1alpha1.ManifestSync)) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		cur := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
+			return err
+		}
+		change(cur)
+		if err := env.Client.Update(context.Background(), cur); err != nil {
+			return err
+		}
+		*ms = *cur
+		return nil
+	})
+}
+
+// waitFor waits until ms's Ready condition has the reason, for its current
+// generation, and returns it.
+func waitFor(t testing.TB, ms *v1alpha1.ManifestSync, reason string) *v1alpha1.ManifestSync {
+	t.Helper()
+	cur := &v1alpha1.ManifestSync{}
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		switch {
+		case c == nil:
+			return fmt.Errorf("no Ready condition")
+		case c.ObservedGeneration != cur.Generation:
+			return fmt.Errorf("Ready is of generation %d, want %d", c.ObservedGeneration, cur.Generation)
+		case c.Reason != reason:
+			return fmt.Errorf("Ready is %s (%s): %s; want %s", c.Status, c.Reason, c.Message, reason)
+		}
+		return nil
+	})
+	return cur
+}
+
+func ready(t testing.TB, ms *v1alpha1.ManifestSync) *v1alpha1.ManifestSync {
+	t.Helper()
+	return waitFor(t, ms, v1alpha1.ReasonSynced)
+}
+
+// gone reports, as an error, whether obj still exists.
+func gone(obj client.Object) error {
+	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%T %s/%s still exists", obj, obj.GetNamespace(), obj.GetName())
+}
+
+func getConfigMap(ns, name string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, cm)
+	return cm, err
+}
+
+func mustConfigMap(t testing.TB, ns, name string) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := getConfigMap(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm
+}
+
+// configMapWith waits until the ConfigMap exists with data[key] == value
+// and our owner label.
+func configMapWith(t testing.TB, within time.Duration, ms *v1alpha1.ManifestSync, ns, name, key, value string) *corev1.ConfigMap {
+	t.Helper()
+	var cm *corev1.ConfigMap
+	eventually(t, within, func() error {
+		var err error
+		if cm, err = getConfigMap(ns, name); err != nil {
+			return err
+		}
+		if got := cm.Data[key]; got != value {
+			return fmt.Errorf("ConfigMap %s/%s: %s is %q, want %q", ns, name, key, got, value)
+		}
+		if got := cm.Labels[OwnerLabel]; got != ownerValue(ms) {
+			return fmt.Errorf("ConfigMap %s/%s: owner label is %q", ns, name, got)
+		}
+		return nil
+	})
+	return cm
+}
+
+// waitEvent waits for an event of ms with the reason whose note contains
+// text.
+func waitEvent(t testing.TB, ms *v1alpha1.ManifestSync, reason, text string) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(ms.Namespace)); err != nil {
+			return err
+		}
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Name != ms.Name || e.Regarding.Kind != v1alpha1.Kind {
+				continue
+			}
+			if e.Reason == reason && strings.Contains(e.Note, text) {
+				return nil
+			}
+			notes = append(notes, e.Reason+": "+e.Note)
+		}
+		return fmt.Errorf("no %s event with %q; events: %q", reason, text, notes)
+	})
+}
+
+func newSync(ns, name string, spec v1alpha1.ManifestSyncSpec) *v1alpha1.ManifestSync {
+	return &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+}
+
+func condition(ms *v1alpha1.ManifestSync, typ string) metav1.Condition {
+	if c := apimeta.FindStatusCondition(ms.Status.Conditions, typ); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }

@@ -1,0 +1,120 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// pruneResult is the inventory after a sync and what pruning did.
+type pruneResult struct {
+	inventory []inventoryItem
+	pruned    []objectID
+	err       error
+}
+
+// prune deletes the objects of the last inventory that no target wants
+// any more. A target's old objects are pruned only when all of its own
+// objects were applied: a failed or conflicting target keeps its previous
+// inventory, so that nothing is lost while it is broken.
+func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome) pruneResult {
+	var res pruneResult
+	desired := map[objectID]bool{}
+	done := map[string]bool{}    // targets that synced completely
+	present := map[string]bool{} // targets of this evaluation
+	for _, o := range outcomes {
+		id := o.target.ID()
+		present[id] = true
+		if o.ok() {
+			done[id] = true
+		}
+		for _, obj := range o.target.Objects {
+			desired[idOf(obj)] = true
+		}
+		res.inventory = append(res.inventory, o.owned()...)
+	}
+	var errs []error
+	for _, it := range parseInventory(ms.Status.Inventory) {
+		if present[it.target] && !done[it.target] {
+			res.inventory = append(res.inventory, it) // keep until the target syncs
+			continue
+		}
+		if desired[it.id] {
+			continue // still wanted (maybe by another target)
+		}
+		if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {
+			continue // forgotten, not deleted
+		}
+		deleted, err := r.deleteObject(ctx, ms, it)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			res.inventory = append(res.inventory, it) // retried next time
+		case deleted:
+			res.pruned = append(res.pruned, it.id)
+		}
+	}
+	res.err = errors.Join(errs...)
+	return res
+}
+
+// deleteObject deletes an inventory object unless it is gone, no longer
+// ours (someone took it over by removing our label), or marked with
+// PruneAnnotation; it reports whether it deleted it.
+func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) (bool, error) {
+	obj, err := r.ownedObject(ctx, ms, it)
+	if obj == nil || err != nil {
+		return false, err
+	}
+	if obj.Annotations[PruneAnnotation] == PruneDisabled {
+		return false, nil
+	}
+	uid := obj.UID
+	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return false, nil // gone, or replaced by another object
+		}
+		return false, fmt.Errorf("pruning %s: %w", it.id.describe(), err)
+	}
+	return true, nil
+}
+
+// orphanObject removes our label and digest annotation from an inventory
+// object, leaving it otherwise as it is.
+func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) error {
+	obj, err := r.ownedObject(ctx, ms, it)
+	if obj == nil || err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("orphaning %s: %w", it.id.describe(), err)
+	}
+	return nil
+}
+
+// ownedObject reads the metadata of an inventory object from the API
+// server; nil when it is gone, its kind is no longer served, or it is no
+// longer ours.
+func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) (*metav1.PartialObjectMetadata, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(it.gvk())
+	if err := r.APIReader.Get(ctx, it.id.key(), obj); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s: %w", it.id.describe(), err)
+	}
+	if obj.Labels[OwnerLabel] != ownerValue(ms) {
+		return nil, nil
+	}
+	return obj, nil
+}

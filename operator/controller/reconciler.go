@@ -1,0 +1,351 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/manifestsync/manifestsync/engine"
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Options tune the reconciler. The zero value is usable.
+type Options struct {
+	// Concurrency is how many ManifestSyncs are reconciled at once;
+	// default 4.
+	Concurrency int
+	// TargetWorkers is how many targets of one ManifestSync are applied at
+	// once; default 4.
+	TargetWorkers int
+	// Limits bound every transform; zero fields take the engine's defaults.
+	Limits lstar.Limits
+	// RetryMin and RetryMax bound the exponential backoff after a failed
+	// sync; default 1s and 5m.
+	RetryMin, RetryMax time.Duration
+}
+
+func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
+func (o Options) targetWorkers() int { return orDefault(o.TargetWorkers, 4) }
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// defaultInterval is spec.interval when the API server did not default it.
+const defaultInterval = 10 * time.Minute
+
+// Reconciler reconciles ManifestSyncs. SetupWithManager fills in the
+// fields left nil from the manager.
+type Reconciler struct {
+	// Client writes, and reads ManifestSyncs and metadata from the cache.
+	Client client.Client
+	// APIReader reads from the API server: object sources, and target
+	// objects before they are applied.
+	APIReader client.Reader
+	// Mapper tells namespaced kinds from cluster-scoped ones.
+	Mapper apimeta.RESTMapper
+	// Recorder records events; nil records none.
+	Recorder recorder.EventRecorder
+	// Sources fetches git sources; nil fails them.
+	Sources Sources
+	Options Options
+
+	managed client.Reader // the metadata cache of owned objects
+	watches *watches
+	states  states
+}
+
+// The permissions of the reconciler's own kinds. Target objects can be of
+// any kind, so what it may write there is granted per installation.
+//
+// +kubebuilder:rbac:groups=manifestsync.dev,resources=manifestsyncs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=manifestsync.dev,resources=manifestsyncs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=manifestsync.dev,resources=manifestsyncs/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+
+// Reconcile is the controller's entry point: finalize a deleted
+// ManifestSync, or sync it.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	st := r.states.get(req.NamespacedName)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+
+	ms := &v1alpha1.ManifestSync{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ms); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.states.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	st.catchUp(ms)
+	if !ms.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, ms)
+	}
+	if !controllerutil.ContainsFinalizer(ms, Finalizer) {
+		orig := ms.DeepCopy()
+		controllerutil.AddFinalizer(ms, Finalizer)
+		if err := r.Client.Patch(ctx, ms, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+		st.wrote(ms)
+	}
+	if ms.Spec.Suspend {
+		ctrl.LoggerFrom(ctx).V(1).Info("suspended")
+		return ctrl.Result{}, nil
+	}
+	return r.sync(ctx, ms, st)
+}
+
+// sync is one pass: sources -> evaluate -> apply -> prune -> status.
+func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (ctrl.Result, error) {
+	orig := ms.DeepCopy()
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+
+	snaps, err := r.fetchSources(ctx, ms, st)
+	if err != nil {
+		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now)
+	}
+	start := time.Now()
+	res, err := r.evaluate(ctx, ms, snaps, st)
+	evalDuration.WithLabelValues(ms.Namespace, ms.Name).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonEvalFailed, err, now)
+	}
+	if err := res.Err(); err != nil {
+		reason := v1alpha1.ReasonEvalFailed
+		var verr *engine.ValidationError
+		if errors.As(err, &verr) {
+			reason = v1alpha1.ReasonValidationFailed
+		}
+		return ctrl.Result{}, r.failed(ctx, st, orig, ms, res, reason, err, now)
+	}
+
+	outcomes := r.syncTargets(ctx, ms, res, st)
+	pr := r.prune(ctx, ms, outcomes)
+	for _, o := range outcomes {
+		if o.record != nil {
+			st.targets[o.target.ID()] = o.record
+		} else {
+			delete(st.targets, o.target.ID())
+		}
+	}
+	forgetGone(st, outcomes)
+	r.countObjects(ms, outcomes, pr)
+
+	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
+	reason, msg := setSyncedStatus(ms, res, outcomes, pr, now)
+	logSync(ctx, res, outcomes, pr, reason)
+	r.syncEvents(ms, res, outcomes, pr, wasReady)
+	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
+		return ctrl.Result{}, err
+	}
+	if reason != v1alpha1.ReasonSynced {
+		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
+	}
+	interval := defaultInterval
+	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
+		interval = ms.Spec.Interval.Duration
+	}
+	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// logSync logs a sync that did something; steady resyncs stay quiet.
+func logSync(ctx context.Context, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, reason string) {
+	var applied, drifted, steady int
+	for _, o := range outcomes {
+		for _, c := range o.changes {
+			if c.wrote() {
+				applied++
+			}
+		}
+		drifted += len(o.drift)
+		if o.steady {
+			steady++
+		}
+	}
+	if steady == len(outcomes) && len(pr.pruned) == 0 && reason == v1alpha1.ReasonSynced {
+		return
+	}
+	ctrl.LoggerFrom(ctx).Info("synced", "revision", short(res.Revision), "result", reason,
+		"targets", len(outcomes), "steadyTargets", steady, "applied", applied, "drifted", drifted, "pruned", len(pr.pruned))
+}
+
+// failed reports a sync that stopped before any target was touched: a
+// source could not be read, or the evaluation failed. The error goes back
+// to the controller, which retries with backoff.
+func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alpha1.ManifestSync, res *engine.Result, reason string, cause error, now metav1.Time) error {
+	if res != nil {
+		recordEvaluation(ms, res, "", reason, now)
+	}
+	setConditions(ms, reason, cause.Error())
+	event := EventSyncFailed
+	if reason == v1alpha1.ReasonValidationFailed {
+		event = EventValidationFailed
+	}
+	r.event(ms, true, event, "Evaluate", cause.Error())
+	failuresTotal.WithLabelValues(ms.Namespace, ms.Name, "", reason).Inc()
+	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}
+
+// evaluate runs the engine over the snapshots, with the cluster's
+// namespaces for namespaceSelector targets and its discovery for scopes.
+// The result of the last successful evaluation is reused while the spec,
+// the sources' revisions and the selectable namespaces are unchanged, so
+// that the resyncs of steady state cost no evaluation either.
+func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, snaps map[string]*engine.Snapshot, st *syncState) (*engine.Result, error) {
+	opts := engine.Options{Limits: r.Options.Limits, Scope: r.scope}
+	for _, t := range ms.Spec.Targets {
+		if t.NamespaceSelector != nil {
+			nss, err := r.namespaces(ctx)
+			if err != nil {
+				return nil, err
+			}
+			opts.Namespaces = nss
+			break
+		}
+	}
+	key := evalKey{uid: ms.UID, generation: ms.Generation, revisions: map[string]string{}, namespaces: opts.Namespaces}
+	for name, snap := range snaps {
+		key.revisions[name] = snap.Revision
+	}
+	if st.eval != nil && st.eval.key.equal(key) {
+		return st.eval.result, nil
+	}
+	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	if err == nil && res.Err() == nil {
+		st.eval = &lastEval{key: key, result: res}
+	}
+	return res, err
+}
+
+// scope tells namespaced kinds from cluster-scoped ones by discovery.
+func (r *Reconciler) scope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
+	m, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return engine.BuiltinScope(gvk)
+	}
+	return m.Scope.Name() == apimeta.RESTScopeNameNamespace, true
+}
+
+// namespaces lists the cluster's live namespaces from the metadata cache.
+func (r *Reconciler) namespaces(ctx context.Context) ([]engine.Namespace, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	out := make([]engine.Namespace, 0, len(list.Items))
+	for _, ns := range list.Items {
+		if ns.DeletionTimestamp == nil {
+			out = append(out, engine.Namespace{Name: ns.Name, Labels: ns.Labels})
+		}
+	}
+	slices.SortFunc(out, func(a, b engine.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// forgetGone drops the records of targets that are no longer evaluated.
+func forgetGone(st *syncState, outcomes []*targetOutcome) {
+	present := map[string]bool{}
+	for _, o := range outcomes {
+		present[o.target.ID()] = true
+	}
+	for id := range st.targets {
+		if !present[id] {
+			delete(st.targets, id)
+		}
+	}
+}
+
+func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, pr pruneResult) {
+	for _, o := range outcomes {
+		id := o.target.ID()
+		for _, c := range o.changes {
+			switch {
+			case c.wrote():
+				objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricApplied).Inc()
+			case c.Action != ActionFailed:
+				objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricSkipped).Inc()
+			}
+		}
+		if !o.ok() {
+			reason := v1alpha1.ReasonApplyFailed
+			if len(o.failures()) == 0 {
+				reason = v1alpha1.ReasonConflict
+			}
+			failuresTotal.WithLabelValues(ms.Namespace, ms.Name, id, reason).Inc()
+		}
+	}
+	if n := len(pr.pruned); n > 0 {
+		objectsTotal.WithLabelValues(ms.Namespace, ms.Name, "", metricPruned).Add(float64(n))
+	}
+}
+
+// finalize handles a deleted ManifestSync: its objects are pruned
+// (deletion Delete; those that opt out of pruning are orphaned) or orphaned
+// (Orphan), then the finalizer is removed.
+func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) error {
+	if !controllerutil.ContainsFinalizer(ms, Finalizer) {
+		return nil
+	}
+	var (
+		errs   []error
+		pruned []string
+	)
+	for _, it := range parseInventory(ms.Status.Inventory) {
+		if ms.Spec.Policy.Deletion == v1alpha1.DeletionOrphan {
+			if err := r.orphanObject(ctx, ms, it); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		deleted, err := r.deleteObject(ctx, ms, it)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case deleted:
+			pruned = append(pruned, it.id.describe())
+		default:
+			// Kept (pruning disabled): it must not name a ManifestSync
+			// that is gone.
+			if err := r.orphanObject(ctx, ms, it); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(pruned) > 0 {
+		r.event(ms, false, EventPruned, "Delete", fmt.Sprintf("Pruned %d objects: %s", len(pruned), strings.Join(pruned, ", ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.event(ms, true, EventSyncFailed, "Delete", err.Error())
+		return err
+	}
+	orig := ms.DeepCopy()
+	controllerutil.RemoveFinalizer(ms, Finalizer)
+	if err := r.Client.Patch(ctx, ms, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	return nil
+}

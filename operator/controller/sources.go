@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Sources fetches the snapshots of the sources the reconciler does not read
+// from the cluster itself: Git repositories. The git provider implements it.
+type Sources interface {
+	Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error)
+}
+
+// errGitNotWired is the error of a git source when no Sources is configured.
+var errGitNotWired = errors.New("git sources are not wired yet")
+
+// fetchSources returns the snapshot of every git and object source.
+// Kustomize sources are built by the engine from the snapshots they name.
+func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (map[string]*engine.Snapshot, error) {
+	snaps := map[string]*engine.Snapshot{}
+	for i := range ms.Spec.Sources {
+		src := &ms.Spec.Sources[i]
+		var (
+			snap *engine.Snapshot
+			err  error
+		)
+		switch {
+		case src.Object != nil:
+			snap, err = r.objectSource(ctx, ms, src.Object, st)
+		case src.Git != nil:
+			if r.Sources == nil {
+				err = errGitNotWired
+			} else {
+				snap, err = r.Sources.Fetch(ctx, ms, src)
+			}
+		default:
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", src.Name, err)
+		}
+		snaps[src.Name] = snap
+	}
+	return snaps, nil
+}
+
+// objectRef is an object source, resolved: its kind and where it lives.
+type objectRef struct {
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string
+}
+
+func (o objectRef) String() string {
+	return fmt.Sprintf("%s %s/%s", o.gvk.Kind, o.namespace, o.name)
+}
+
+// indexKey is the object's key in the ManifestSync index of object sources.
+func (o objectRef) indexKey() string {
+	return o.gvk.Group + "/" + o.gvk.Kind + "/" + o.namespace + "/" + o.name
+}
+
+// objectRefOf resolves an object source of ms; the namespace defaults to
+// the ManifestSync's.
+func objectRefOf(ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource) (objectRef, error) {
+	gv, err := schema.ParseGroupVersion(o.APIVersion)
+	if err != nil {
+		return objectRef{}, err
+	}
+	ns := o.Namespace
+	if ns == "" {
+		ns = ms.Namespace
+	}
+	return objectRef{gvk: gv.WithKind(o.Kind), namespace: ns, name: o.Name}, nil
+}
+
+// objectSource reads an object source. The body is read from the API
+// server only when the object's resourceVersion, as the metadata cache
+// sees it, differs from the snapshot read last; steady state reads nothing.
+func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
+	ref, err := objectRefOf(ms, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.watches.source(ctx, ref.gvk); err != nil {
+		return nil, fmt.Errorf("%s: watching: %w", ref, err)
+	}
+	key := client.ObjectKey{Namespace: ref.namespace, Name: ref.name}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(ref.gvk)
+	if err := r.Client.Get(ctx, key, meta); err == nil {
+		if snap := st.sources[ref]; snap != nil && snap.Revision == "resourceVersion:"+meta.ResourceVersion {
+			if err := allowed(ms, ref, meta.Annotations); err != nil {
+				return nil, err
+			}
+			return snap, nil
+		}
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(ref.gvk)
+	if err := r.APIReader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%s not found", ref)
+		}
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+		return nil, err
+	}
+	// Scripts see the object as users wrote it, not the server's
+	// bookkeeping of who wrote which field.
+	unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
+	snap := source.ObjectSnapshot(obj.Object)
+	st.sources[ref] = snap
+	return snap, nil
+}
+
+// allowed reports whether ms may read the object source ref, whose
+// annotations are given: an object of ms's own namespace always, one of
+// another namespace only when it shares itself with ms's namespace.
+func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]string) error {
+	if ref.namespace == ms.Namespace {
+		return nil
+	}
+	for _, ns := range strings.Split(annotations[AllowNamespacesAnnotation], ",") {
+		if ns = strings.TrimSpace(ns); ns == "*" || ns == ms.Namespace {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is in another namespace and its annotation %s does not list %q", ref, AllowNamespacesAnnotation, ms.Namespace)
+}
+
+// sourceIndexKeys are the index keys of every object source of ms.
+func sourceIndexKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, s := range ms.Spec.Sources {
+		if s.Object == nil {
+			continue
+		}
+		if ref, err := objectRefOf(ms, s.Object); err == nil {
+			keys = append(keys, ref.indexKey())
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}

@@ -1,0 +1,118 @@
+package controller
+
+import (
+	"maps"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// syncState is what the reconciler remembers of one ManifestSync between
+// reconciles, in memory: the source snapshots it read and, per target, what
+// it applied last. It is what makes steady state free: when the inputs and
+// every applied object's resourceVersion are unchanged, nothing is sent.
+// Losing it (a restart) costs one full apply.
+type syncState struct {
+	// mu serialises reconciles of one ManifestSync, including direct calls
+	// of Reconcile beside the controller's own.
+	mu      sync.Mutex
+	sources map[objectRef]*engine.Snapshot
+	targets map[string]*targetRecord // by TargetResult.ID()
+	// eval is the last successful evaluation.
+	eval *lastEval
+	// written is the ManifestSync as our last write returned it. The
+	// cache may not show that write yet; since only we write status and
+	// the finalizer, what we wrote last is what the server has.
+	written *v1alpha1.ManifestSync
+}
+
+// catchUp brings ms, read from a cache that may lag behind our own writes,
+// up to date with them: our finalizer and our last status, as long as it is
+// the same object at the same generation.
+func (st *syncState) catchUp(ms *v1alpha1.ManifestSync) {
+	w := st.written
+	if w == nil || w.UID != ms.UID || w.Generation != ms.Generation {
+		return
+	}
+	ms.Status = *w.Status.DeepCopy()
+	if controllerutil.ContainsFinalizer(w, Finalizer) {
+		controllerutil.AddFinalizer(ms, Finalizer)
+	}
+}
+
+// wrote remembers ms as a write returned it.
+func (st *syncState) wrote(ms *v1alpha1.ManifestSync) {
+	st.written = ms.DeepCopy()
+}
+
+// targetRecord is one target's last successful apply.
+type targetRecord struct {
+	revision   string // Result.Revision
+	generation int64  // the ManifestSync's
+	digest     string // TargetResult.Digest
+	objects    []appliedObject
+}
+
+// appliedObject is an object as it was after the last apply. Objects that
+// are not ours (kept as they were, or in conflict) have no resourceVersion
+// and are not watched for drift.
+type appliedObject struct {
+	item            inventoryItem
+	resourceVersion string
+}
+
+// states holds the syncState of every ManifestSync seen.
+type states struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]*syncState
+}
+
+func (s *states) get(key types.NamespacedName) *syncState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[types.NamespacedName]*syncState{}
+	}
+	st := s.m[key]
+	if st == nil {
+		st = &syncState{sources: map[objectRef]*engine.Snapshot{}, targets: map[string]*targetRecord{}}
+		s.m[key] = st
+	}
+	return st
+}
+
+func (s *states) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+}
+
+// lastEval is an evaluation and what it was computed from.
+type lastEval struct {
+	key    evalKey
+	result *engine.Result
+}
+
+// evalKey is everything an evaluation depends on: the spec (by
+// generation), the revision of every source, and the namespaces a
+// selector may pick.
+type evalKey struct {
+	uid        types.UID
+	generation int64
+	revisions  map[string]string
+	namespaces []engine.Namespace
+}
+
+func (k evalKey) equal(o evalKey) bool {
+	return k.uid == o.uid && k.generation == o.generation &&
+		maps.Equal(k.revisions, o.revisions) &&
+		slices.EqualFunc(k.namespaces, o.namespaces, func(a, b engine.Namespace) bool {
+			return a.Name == b.Name && maps.Equal(a.Labels, b.Labels)
+		}) && (k.namespaces == nil) == (o.namespaces == nil)
+}

@@ -1,0 +1,283 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// historyLimit is how many evaluated revisions status.history keeps.
+const historyLimit = 10
+
+// maxMessage bounds messages in conditions, rows and events.
+const maxMessage = 1024
+
+// setConditions sets Ready, Reconciling and Stalled from the outcome's
+// reason: Ready is True only for Synced; a failure that retrying may fix
+// (a source, an apply) is Reconciling, one that needs a change of the
+// inputs or of the cluster (evaluation, validation, conflict) is Stalled.
+func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
+	msg = truncate(msg)
+	status := func(b bool) metav1.ConditionStatus {
+		if b {
+			return metav1.ConditionTrue
+		}
+		return metav1.ConditionFalse
+	}
+	var retrying, stalled bool
+	switch reason {
+	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed:
+		retrying = true
+	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict:
+		stalled = true
+	}
+	for _, c := range []struct {
+		typ string
+		on  bool
+	}{
+		{v1alpha1.ConditionReady, reason == v1alpha1.ReasonSynced},
+		{v1alpha1.ConditionReconciling, retrying},
+		{v1alpha1.ConditionStalled, stalled},
+	} {
+		apimeta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{
+			Type:               c.typ,
+			Status:             status(c.on),
+			ObservedGeneration: ms.Generation,
+			Reason:             reason,
+			Message:            msg,
+		})
+	}
+	ms.Status.ObservedGeneration = ms.Generation
+}
+
+// recordEvaluation sets what was evaluated and adds it to the history.
+func recordEvaluation(ms *v1alpha1.ManifestSync, res *engine.Result, outputDigest, result string, now metav1.Time) {
+	s := &ms.Status
+	s.LastEvaluatedRevision = res.Revision
+	inputs := res.Inputs.DeepCopy()
+	s.Inputs = inputs
+	if len(s.History) > 0 && s.History[0].Revision == res.Revision && s.History[0].OutputDigest == outputDigest {
+		if s.History[0].Result != result {
+			s.History[0].Result, s.History[0].Time = result, now
+		}
+		return
+	}
+	entry := v1alpha1.HistoryEntry{Revision: res.Revision, Inputs: inputs.DeepCopy(), OutputDigest: outputDigest, Time: now, Result: result}
+	s.History = append([]v1alpha1.HistoryEntry{entry}, s.History...)
+	if len(s.History) > historyLimit {
+		s.History = s.History[:historyLimit]
+	}
+}
+
+// outputDigest is a digest over every target's objects.
+func outputDigest(res *engine.Result) string {
+	lines := make([]string, 0, len(res.Targets))
+	for _, t := range res.Targets {
+		lines = append(lines, t.ID()+"="+t.Digest+"\n")
+	}
+	slices.Sort(lines)
+	h := sha256.New()
+	for _, l := range lines {
+		h.Write([]byte(l))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// setSyncedStatus fills status after the targets were synced and pruned.
+// It returns the Ready reason and message.
+func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, now metav1.Time) (string, string) {
+	s := &ms.Status
+	prev := s.Targets
+	s.Targets = make([]v1alpha1.TargetStatus, 0, len(outcomes))
+	var failures, conflicts []string
+	synced, wrote := 0, false
+	for _, o := range outcomes {
+		t := o.target
+		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, State: o.state(), Objects: len(t.Objects)}
+		old := findRow(prev, t.Name, t.Namespace)
+		switch {
+		case o.steady && old != nil && old.State == v1alpha1.TargetSynced:
+			row = *old
+		case row.State == v1alpha1.TargetSynced:
+			row.LastSyncTime = &now
+			if old != nil && !anyWrote(o.changes) && old.State == v1alpha1.TargetSynced && len(o.drift) == 0 {
+				row.LastSyncTime = old.LastSyncTime
+			}
+		case old != nil:
+			row.LastSyncTime = old.LastSyncTime
+		}
+		for _, err := range o.failures() {
+			failures = append(failures, err.Error())
+		}
+		for _, err := range o.conflicts() {
+			conflicts = append(conflicts, fmt.Sprintf("target %q: %v", t.ID(), err))
+		}
+		switch {
+		case row.State == v1alpha1.TargetSynced && len(o.drift) > 0 && !o.corrected:
+			row.Message = truncate("drifted: " + strings.Join(o.drift, ", "))
+		case row.State != v1alpha1.TargetSynced:
+			row.Message = truncate(joinErrors(append(o.failures(), o.conflicts()...)))
+		case !o.steady:
+			row.Message = ""
+		}
+		if row.State == v1alpha1.TargetSynced {
+			synced++
+		}
+		wrote = wrote || anyWrote(o.changes)
+		s.Targets = append(s.Targets, row)
+	}
+	if pr.err != nil {
+		failures = append(failures, pr.err.Error())
+	}
+	s.Inventory = inventoryEntries(pr.inventory)
+	s.TargetsSummary = fmt.Sprintf("%d/%d", synced, len(outcomes))
+
+	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", short(res.Revision), len(outcomes))
+	switch {
+	case len(failures) > 0:
+		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(append(failures, conflicts...), "; ")
+	case len(conflicts) > 0:
+		reason, msg = v1alpha1.ReasonConflict, strings.Join(conflicts, "; ")
+	}
+	recordEvaluation(ms, res, outputDigest(res), reason, now)
+	if reason == v1alpha1.ReasonSynced {
+		s.LastAppliedRevision = res.Revision
+		s.ShortRevision = short(res.Revision)
+		if wrote || len(pr.pruned) > 0 || s.LastSuccessfulSyncTime == nil || !apimeta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) {
+			s.LastSuccessfulSyncTime = &now
+		}
+	}
+	setConditions(ms, reason, msg)
+	return reason, msg
+}
+
+func anyWrote(changes []Change) bool {
+	return slices.ContainsFunc(changes, Change.wrote)
+}
+
+func findRow(rows []v1alpha1.TargetStatus, name, namespace string) *v1alpha1.TargetStatus {
+	for i := range rows {
+		if rows[i].Name == name && rows[i].Namespace == namespace {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+// short is a revision for people: "sha256:" and 12 hex digits.
+func short(rev string) string {
+	const n = len("sha256:") + 12
+	if len(rev) > n {
+		return rev[:n]
+	}
+	return rev
+}
+
+func joinErrors(errs []error) string {
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	cut := maxMessage - len("...")
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// patchStatus writes ms's status when it differs from orig's.
+func (r *Reconciler) patchStatus(ctx context.Context, st *syncState, orig, ms *v1alpha1.ManifestSync) error {
+	if equality.Semantic.DeepEqual(orig.Status, ms.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, ms, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	st.wrote(ms)
+	return nil
+}
+
+// Event reasons.
+const (
+	EventSynced           = "Synced"
+	EventSyncFailed       = "SyncFailed"
+	EventPruned           = "Pruned"
+	EventConflict         = "Conflict"
+	EventValidationFailed = "ValidationFailed"
+	EventDriftCorrected   = "DriftCorrected"
+)
+
+// event records a Kubernetes event on ms; action says what the operator
+// was doing ("Apply", "Prune", ...).
+func (r *Reconciler) event(ms *v1alpha1.ManifestSync, warning bool, reason, action, msg string) {
+	if r.Recorder == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ms, nil, typ, reason, action, "%s", truncate(msg))
+}
+
+// syncEvents records the events of one sync.
+func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, wasReady bool) {
+	var created, configured, unchanged int
+	for _, o := range outcomes {
+		if o.corrected && anyWrote(o.changes) {
+			r.event(ms, false, EventDriftCorrected, "Apply", fmt.Sprintf("Target %q: re-applied %s", o.target.ID(), strings.Join(o.drift, ", ")))
+		}
+		for _, c := range o.changes {
+			switch c.Action {
+			case ActionCreated:
+				created++
+			case ActionConfigured:
+				configured++
+			case ActionUnchanged, ActionSkipped:
+				unchanged++
+			}
+		}
+		if errs := o.conflicts(); len(errs) > 0 {
+			r.event(ms, true, EventConflict, "Apply", fmt.Sprintf("Target %q: %s", o.target.ID(), joinErrors(errs)))
+		}
+		if errs := o.failures(); len(errs) > 0 {
+			r.event(ms, true, EventSyncFailed, "Apply", joinErrors(errs))
+		}
+	}
+	if len(pr.pruned) > 0 {
+		names := make([]string, len(pr.pruned))
+		for i, id := range pr.pruned {
+			names[i] = id.describe()
+		}
+		r.event(ms, false, EventPruned, "Prune", "Pruned "+strings.Join(names, ", "))
+	}
+	if pr.err != nil {
+		r.event(ms, true, EventSyncFailed, "Prune", pr.err.Error())
+	}
+	ready := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
+	if ready && (created+configured > 0 || !wasReady) {
+		r.event(ms, false, EventSynced, "Apply", fmt.Sprintf("Applied revision %s to %d targets: %d created, %d configured, %d unchanged",
+			short(res.Revision), len(outcomes), created, configured, unchanged))
+	}
+}

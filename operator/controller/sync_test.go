@@ -1,0 +1,231 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+)
+
+// A transform that fails leaves every target as it was and says where it
+// failed.
+func TestEvalFailureTouchesNoTarget(t *testing.T) {
+	env.Need(t)
+	home, a, b := env.Namespace(t, nil), env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "evalfail", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["one"]}`),
+		Targets:   targets(a, b),
+	})
+	createSync(t, ms)
+	before := ready(t, ms)
+	rvs := map[string]string{}
+	for _, ns := range []string{a, b} {
+		rvs[ns] = mustConfigMap(t, ns, "one").ResourceVersion
+	}
+
+	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) {
+		ms.Spec.Transform = inline("def main(ctx):\n    names = ctx.params[\"names\"]\n    return [{\"metadata\": {\"name\": names + 1}}]\n")
+		ms.Spec.Params = params(`{"names": ["one", "two"]}`)
+	})
+	got := waitFor(t, ms, v1alpha1.ReasonEvalFailed)
+	msg := condition(got, v1alpha1.ConditionReady).Message
+	if !strings.Contains(msg, "<inline>:3:") {
+		t.Errorf("message %q does not name the script's line", msg)
+	}
+	if c := condition(got, v1alpha1.ConditionStalled); c.Status != metav1.ConditionTrue {
+		t.Errorf("Stalled = %+v", c)
+	}
+	waitEvent(t, ms, EventSyncFailed, "<inline>:3:")
+	// Give a wrongly applied change the time to show.
+	time.Sleep(300 * time.Millisecond)
+	for _, ns := range []string{a, b} {
+		if cm := mustConfigMap(t, ns, "one"); cm.ResourceVersion != rvs[ns] {
+			t.Errorf("%s/one changed", ns)
+		}
+		if _, err := getConfigMap(ns, "two"); err == nil {
+			t.Errorf("%s/two was created", ns)
+		}
+	}
+	if got.Status.LastAppliedRevision != before.Status.LastAppliedRevision {
+		t.Error("lastAppliedRevision changed")
+	}
+	if got.Status.History[0].Result != v1alpha1.ReasonEvalFailed || got.Status.History[1].Result != v1alpha1.ReasonSynced {
+		t.Errorf("history %+v", got.Status.History)
+	}
+	if len(got.Status.Inventory) != 2 || got.Status.Targets[0].State != v1alpha1.TargetSynced {
+		t.Errorf("inventory or targets changed: %+v %+v", got.Status.Inventory, got.Status.Targets)
+	}
+}
+
+// Objects that fail the schemas are not applied; status says why.
+func TestValidationFailure(t *testing.T) {
+	env.Need(t)
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "invalid", v1alpha1.ManifestSyncSpec{
+		Transform: inline("def main(ctx):\n    return [{\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {\"name\": \"web\"},\n        \"spec\": {\"ports\": [{\"port\": \"eighty\"}]}}]\n"),
+		Schemas:   []v1alpha1.SchemaRef{{Builtin: "k8s"}},
+		Targets:   targets(ns),
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonValidationFailed)
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "spec.ports[0].port") {
+		t.Errorf("message %q", msg)
+	}
+	waitEvent(t, ms, EventValidationFailed, "spec.ports[0].port")
+}
+
+// A target whose namespace is missing fails alone, and syncs as soon as
+// the namespace appears.
+func TestMissingNamespaceFailsItsTargetOnly(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, a := env.Namespace(t, nil), env.Namespace(t, nil)
+	missing := a + "-later"
+	ms := newSync(home, "missing", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["one"]}`),
+		Targets:   targets(missing, a),
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonApplyFailed)
+	configMapWith(t, timeout, ms, a, "one", "target", "t1")
+	if row := got.Status.Targets[0]; row.State != v1alpha1.TargetFailed || !strings.Contains(row.Message, `namespace "`+missing+`" not found`) {
+		t.Errorf("row %+v", row)
+	}
+	if row := got.Status.Targets[1]; row.State != v1alpha1.TargetSynced {
+		t.Errorf("row %+v", row)
+	}
+	if got.Status.TargetsSummary != "1/2" {
+		t.Errorf("summary %q", got.Status.TargetsSummary)
+	}
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: missing}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, ns) })
+	start := time.Now()
+	configMapWith(t, timeout, ms, missing, "one", "target", "t0")
+	t.Logf("synced %v after the namespace appeared", time.Since(start).Round(time.Millisecond))
+	ready(t, ms)
+}
+
+// Drift Report leaves a changed object alone and says so.
+func TestDriftReport(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "report", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["one"]}`),
+		Targets:   targets(ns),
+		Policy:    v1alpha1.Policy{Drift: v1alpha1.DriftReport},
+	})
+	createSync(t, ms)
+	ready(t, ms)
+	cm := mustConfigMap(t, ns, "one")
+	cm.Data["target"] = "edited"
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		got := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+			return err
+		}
+		if msg := got.Status.Targets[0].Message; !strings.Contains(msg, "ConfigMap "+ns+"/one (changed)") {
+			return fmt.Errorf("target message %q", msg)
+		}
+		return nil
+	})
+	if cm := mustConfigMap(t, ns, "one"); cm.Data["target"] != "edited" {
+		t.Errorf("drift was corrected: %v", cm.Data)
+	}
+}
+
+// Steady state costs nothing: resyncing an unchanged ManifestSync of 50
+// objects makes no write and no request for its objects, as counted by the
+// API server itself.
+func TestSteadyStateMakesNoRequests(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home := env.Namespace(t, nil)
+	var nss []string
+	for range 5 {
+		nss = append(nss, env.Namespace(t, nil))
+	}
+	ms := newSync(home, "steady", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"]}`),
+		Targets:   targets(nss...),
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	if n := len(got.Status.Inventory); n != 50 {
+		t.Fatalf("inventory has %d objects, want 50", n)
+	}
+	quiet(t)
+
+	before, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	for i := range 20 {
+		res, err := reconciler.Reconcile(ctx, req)
+		if err != nil || res.RequeueAfter != 10*time.Minute {
+			t.Fatalf("resync %d: %+v, %v", i, res, err)
+		}
+	}
+	after, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	if n := d.Writes(); n != 0 {
+		t.Errorf("20 resyncs made %v writes: %v", n, d)
+	}
+	objectRequests := d.Count(func(r testenv.Request) bool { return r.Resource == "configmaps" })
+	if objectRequests != 0 {
+		t.Errorf("20 resyncs made %v requests for ConfigMaps: %v", objectRequests, d)
+	}
+	// Nor any read of what the reconciler deals with (the API server's
+	// own housekeeping, such as its endpoints, is left out).
+	ours := map[string]bool{"configmaps": true, "manifestsyncs": true, "namespaces": true, "events": true, "secrets": true}
+	if n := d.Count(func(r testenv.Request) bool { return ours[r.Resource] }); n != 0 {
+		t.Errorf("20 resyncs made %v requests: %v", n, d)
+	}
+}
+
+// quiet waits until the API server has served no write for half a second:
+// the operator has finished reacting to its own writes.
+func quiet(t testing.TB) {
+	t.Helper()
+	last, err := env.Requests(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		time.Sleep(500 * time.Millisecond)
+		now, err := env.Requests(context.Background())
+		if err != nil {
+			return err
+		}
+		d := now.Sub(last)
+		last = now
+		if n := d.Writes(); n != 0 {
+			return fmt.Errorf("%v writes in the last half second", n)
+		}
+		return nil
+	})
+}

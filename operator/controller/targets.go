@@ -1,0 +1,299 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// targetOutcome is what syncing one target did.
+type targetOutcome struct {
+	target *engine.TargetResult
+	// changes has one entry per object applied this time; empty when the
+	// target was steady or failed as a whole.
+	changes []Change
+	// err is why the whole target failed before any object was applied.
+	err error
+	// steady is set when nothing changed since the last apply, so nothing
+	// was sent.
+	steady bool
+	// drift describes objects someone changed or deleted; corrected is
+	// set when they were re-applied (policy Correct).
+	drift     []string
+	corrected bool
+	// record is what to remember of the target; nil forgets it.
+	record *targetRecord
+}
+
+// failures are the target's errors, conflicts left out.
+func (o *targetOutcome) failures() []error {
+	if o.err != nil {
+		return []error{o.err}
+	}
+	var errs []error
+	for _, c := range o.changes {
+		if c.Action == ActionFailed {
+			errs = append(errs, c.Err)
+		}
+	}
+	return errs
+}
+
+func (o *targetOutcome) conflicts() []error {
+	var errs []error
+	for _, c := range o.changes {
+		if c.Action == ActionConflict {
+			errs = append(errs, c.Err)
+		}
+	}
+	return errs
+}
+
+// ok reports whether every object of the target was applied (or kept).
+func (o *targetOutcome) ok() bool {
+	return len(o.failures()) == 0 && len(o.conflicts()) == 0
+}
+
+func (o *targetOutcome) state() v1alpha1.TargetState {
+	switch {
+	case len(o.failures()) > 0:
+		return v1alpha1.TargetFailed
+	case len(o.conflicts()) > 0:
+		return v1alpha1.TargetConflict
+	}
+	return v1alpha1.TargetSynced
+}
+
+// owned are the inventory items of the objects that are ours after the
+// sync.
+func (o *targetOutcome) owned() []inventoryItem {
+	var items []inventoryItem
+	if o.record != nil {
+		for _, a := range o.record.objects {
+			if a.resourceVersion != "" {
+				items = append(items, a.item)
+			}
+		}
+		return items
+	}
+	for _, c := range o.changes {
+		if c.ours() {
+			items = append(items, c.Item)
+		}
+	}
+	return items
+}
+
+// syncTargets syncs every target, several at once; one target failing
+// does not stop the others.
+func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
+	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: ownerValue(ms), policy: ms.Spec.Policy.Resources}
+	out := make([]*targetOutcome, len(res.Targets))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(r.Options.targetWorkers(), len(res.Targets)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t := res.Targets[i]
+				start := time.Now()
+				out[i] = r.syncTarget(ctx, ms, a, res.Revision, t, st.targets[t.ID()])
+				if !out[i].steady {
+					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
+				}
+			}
+		}()
+	}
+	for i := range res.Targets {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// syncTarget applies one target's objects, or nothing when they are as
+// they were left (steady state), or only the objects that drifted.
+func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, revision string, t *engine.TargetResult, rec *targetRecord) *targetOutcome {
+	out := &targetOutcome{target: t}
+	if t.Cluster != "in-cluster" {
+		out.err = fmt.Errorf("target %q: cluster %q: remote clusters are not wired yet", t.ID(), t.Cluster)
+		return out
+	}
+	if err := r.checkNamespace(ctx, t); err != nil {
+		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
+		return out
+	}
+	for _, gvk := range kindsOf(t.Objects) {
+		if err := r.watches.managed(ctx, gvk); err != nil {
+			out.err = fmt.Errorf("target %q: %s: %w", t.ID(), gvk.Kind, err)
+			return out
+		}
+	}
+	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
+		return r.checkDrift(ctx, ms, a, t, rec, out)
+	}
+	for i, obj := range t.Objects {
+		out.changes = append(out.changes, a.apply(ctx, obj, t.Digests[i], t.ID()))
+	}
+	if out.ok() {
+		out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
+	}
+	return out
+}
+
+func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
+	rec := &targetRecord{revision: revision, generation: generation, digest: digest}
+	for _, c := range changes {
+		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion})
+	}
+	return rec
+}
+
+// checkDrift compares the objects applied last with the managed cache:
+// when none changed the target is steady and nothing is sent. A difference
+// is confirmed with the API server (the cache may lag behind our own
+// writes), then corrected, reported or ignored per spec.policy.drift.
+func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, t *engine.TargetResult, rec *targetRecord, out *targetOutcome) *targetOutcome {
+	var drifted []int // indexes into rec.objects
+	live := map[int]string{}
+	for i, o := range rec.objects {
+		if o.resourceVersion == "" {
+			continue
+		}
+		rv, err := r.currentVersion(ctx, o)
+		if err != nil {
+			out.err = fmt.Errorf("target %q: %w", t.ID(), err)
+			return out
+		}
+		if rv != o.resourceVersion {
+			drifted = append(drifted, i)
+			live[i] = rv
+		}
+	}
+	if len(drifted) == 0 {
+		out.steady = true
+		out.record = rec
+		return out
+	}
+	next := *rec
+	next.objects = append([]appliedObject(nil), rec.objects...)
+	for _, i := range drifted {
+		what := "changed"
+		if live[i] == "" {
+			what = "deleted"
+		}
+		out.drift = append(out.drift, rec.objects[i].item.id.describe()+" ("+what+")")
+	}
+	policy := ms.Spec.Policy.Drift
+	if policy != v1alpha1.DriftCorrect && policy != "" {
+		// Reported or ignored: remember the objects as they are now, so
+		// that the same drift is not found again.
+		for _, i := range drifted {
+			next.objects[i].resourceVersion = live[i]
+		}
+		out.record = &next
+		return out
+	}
+	desired := map[objectID]int{}
+	for i, obj := range t.Objects {
+		desired[idOf(obj)] = i
+	}
+	for _, i := range drifted {
+		j, ok := desired[rec.objects[i].item.id]
+		if !ok {
+			continue
+		}
+		ch := a.apply(ctx, t.Objects[j], t.Digests[j], t.ID())
+		out.changes = append(out.changes, ch)
+		next.objects[i].resourceVersion = ch.ResourceVersion
+	}
+	out.corrected = true
+	if out.ok() {
+		out.record = &next
+	}
+	return out
+}
+
+// currentVersion is the object's resourceVersion as the managed cache has
+// it or, when that differs from the one recorded, as the API server has
+// it; "" when the object is gone or no longer ours.
+func (r *Reconciler) currentVersion(ctx context.Context, o appliedObject) (string, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(o.item.gvk())
+	err := r.managed.Get(ctx, o.item.id.key(), meta)
+	if err == nil && meta.ResourceVersion == o.resourceVersion {
+		return meta.ResourceVersion, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("reading %s from the cache: %w", o.item.id.describe(), err)
+	}
+	if err := r.APIReader.Get(ctx, o.item.id.key(), meta); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading %s: %w", o.item.id.describe(), err)
+	}
+	return meta.ResourceVersion, nil
+}
+
+// checkNamespace fails a target whose namespace does not exist (unless
+// the target creates it): the target's objects cannot be applied, and the
+// namespace watch syncs it as soon as the namespace appears.
+func (r *Reconciler) checkNamespace(ctx context.Context, t *engine.TargetResult) error {
+	if t.Namespace == "" {
+		return nil
+	}
+	needed := false
+	for _, obj := range t.Objects {
+		if obj.GetKind() == "Namespace" && obj.GroupVersionKind().Group == "" && obj.GetName() == t.Namespace {
+			return nil
+		}
+		needed = needed || obj.GetNamespace() == t.Namespace
+	}
+	if !needed {
+		return nil
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: t.Namespace}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("namespace %q not found", t.Namespace)
+		}
+		return fmt.Errorf("namespace %q: %w", t.Namespace, err)
+	}
+	if ns.DeletionTimestamp != nil {
+		return fmt.Errorf("namespace %q is being deleted", t.Namespace)
+	}
+	return nil
+}
+
+// kindsOf lists the kinds of objs, each once.
+func kindsOf(objs []*unstructured.Unstructured) []schema.GroupVersionKind {
+	seen := map[schema.GroupVersionKind]bool{}
+	var out []schema.GroupVersionKind
+	for _, o := range objs {
+		if gvk := o.GroupVersionKind(); !seen[gvk] {
+			seen[gvk] = true
+			out = append(out, gvk)
+		}
+	}
+	return out
+}
+
+// errTargets is returned to the controller when some target failed, so that
+// the ManifestSync is retried with backoff.
+var errTargets = errors.New("some targets did not sync")

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+func TestInventoryIDs(t *testing.T) {
+	for _, obj := range []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}},
+		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "view.x"}}},
+		{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "tls", "namespace": "a"}}},
+	} {
+		it := itemOf(obj, "dev")
+		e := it.entry()
+		back := parseInventory([]v1alpha1.InventoryEntry{e})
+		if len(back) != 1 || back[0] != it || back[0].gvk() != obj.GroupVersionKind() {
+			t.Errorf("%s: round trip gave %+v", e.ID, back)
+		}
+	}
+	if id := idOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}}).String(); id != "web-dev_web_apps_Deployment" {
+		t.Errorf("id %q", id)
+	}
+	if got := parseInventory([]v1alpha1.InventoryEntry{{ID: "bad", Version: "v1"}, {ID: "a_b__Secret"}}); len(got) != 0 {
+		t.Errorf("malformed entries parsed: %+v", got)
+	}
+}
+
+func TestHistoryKeepsTen(t *testing.T) {
+	ms := &v1alpha1.ManifestSync{}
+	for i := range 12 {
+		res := &engine.Result{Revision: fmt.Sprintf("sha256:%02d", i)}
+		recordEvaluation(ms, res, "out", v1alpha1.ReasonSynced, metav1.Now())
+		recordEvaluation(ms, res, "out", v1alpha1.ReasonSynced, metav1.Now()) // no new entry
+	}
+	h := ms.Status.History
+	if len(h) != historyLimit || h[0].Revision != "sha256:11" || h[9].Revision != "sha256:02" {
+		t.Fatalf("history %+v", h)
+	}
+	recordEvaluation(ms, &engine.Result{Revision: "sha256:11"}, "out", v1alpha1.ReasonApplyFailed, metav1.Now())
+	if len(ms.Status.History) != historyLimit || ms.Status.History[0].Result != v1alpha1.ReasonApplyFailed {
+		t.Errorf("a new result of the same revision: %+v", ms.Status.History[0])
+	}
+}
+
+func TestConditions(t *testing.T) {
+	for _, tc := range []struct {
+		reason                   string
+		ready, reconcile, stalls metav1.ConditionStatus
+	}{
+		{v1alpha1.ReasonSynced, "True", "False", "False"},
+		{v1alpha1.ReasonSourceFailed, "False", "True", "False"},
+		{v1alpha1.ReasonApplyFailed, "False", "True", "False"},
+		{v1alpha1.ReasonEvalFailed, "False", "False", "True"},
+		{v1alpha1.ReasonValidationFailed, "False", "False", "True"},
+		{v1alpha1.ReasonConflict, "False", "False", "True"},
+	} {
+		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+		setConditions(ms, tc.reason, strings.Repeat("x", 2000))
+		got := []metav1.ConditionStatus{
+			condition(ms, v1alpha1.ConditionReady).Status,
+			condition(ms, v1alpha1.ConditionReconciling).Status,
+			condition(ms, v1alpha1.ConditionStalled).Status,
+		}
+		if got[0] != tc.ready || got[1] != tc.reconcile || got[2] != tc.stalls {
+			t.Errorf("%s: Ready, Reconciling, Stalled = %v", tc.reason, got)
+		}
+		if c := condition(ms, v1alpha1.ConditionReady); len(c.Message) > maxMessage || c.ObservedGeneration != 3 || ms.Status.ObservedGeneration != 3 {
+			t.Errorf("%s: %d-byte message, generation %d", tc.reason, len(c.Message), c.ObservedGeneration)
+		}
+	}
+}
+
+func TestAllowedNamespaces(t *testing.T) {
+	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: "web"}}
+	ref := objectRef{namespace: "platform", name: "tls"}
+	for _, tc := range []struct {
+		annotation string
+		ok         bool
+	}{
+		{"", false},
+		{"other", false},
+		{"other, web", true},
+		{"*", true},
+		{"webx", false},
+	} {
+		err := allowed(ms, ref, map[string]string{AllowNamespacesAnnotation: tc.annotation})
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: %v", tc.annotation, err)
+		}
+	}
+	if err := allowed(ms, objectRef{namespace: "web"}, nil); err != nil {
+		t.Errorf("own namespace: %v", err)
+	}
+}
+
+func TestPolicyAnnotation(t *testing.T) {
+	a := &applier{policy: v1alpha1.PolicyAdopt}
+	obj := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{}}}
+	if p, _ := a.policyOf(obj); p != v1alpha1.PolicyAdopt {
+		t.Errorf("default: %s", p)
+	}
+	obj.SetAnnotations(map[string]string{PolicyAnnotation: "Keep"})
+	if p, _ := a.policyOf(obj); p != v1alpha1.PolicyKeep {
+		t.Errorf("annotation: %s", p)
+	}
+	obj.SetAnnotations(map[string]string{PolicyAnnotation: "keep"})
+	if _, err := a.policyOf(obj); err == nil {
+		t.Error("a bad annotation is accepted")
+	}
+}
+
+func TestImmutable(t *testing.T) {
+	if immutable(errors.New("field is immutable")) {
+		t.Error("a plain error is an API error")
+	}
+}

@@ -1,0 +1,235 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Field indexes of ManifestSyncs in the manager's cache.
+const (
+	// indexSources holds each object source as "group/Kind/namespace/name".
+	indexSources = "manifestsync.dev/object-sources"
+	// indexNamespaces holds each in-cluster target namespace, and
+	// anyNamespace for a namespaceSelector target.
+	indexNamespaces = "manifestsync.dev/target-namespaces"
+	anyNamespace    = "*"
+)
+
+// SetupWithManager registers the reconciler with mgr: the ManifestSync
+// controller, its indexes and watches, and a metadata cache of the objects
+// it manages (only those carrying OwnerLabel).
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	RegisterMetrics()
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Mapper == nil {
+		r.Mapper = mgr.GetRESTMapper()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(FieldManager)
+	}
+	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &v1alpha1.ManifestSync{}, indexSources, func(o client.Object) []string {
+		return sourceIndexKeys(o.(*v1alpha1.ManifestSync))
+	}); err != nil {
+		return err
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.ManifestSync{}, indexNamespaces, func(o client.Object) []string {
+		return targetNamespaceKeys(o.(*v1alpha1.ManifestSync))
+	}); err != nil {
+		return err
+	}
+
+	owned, err := labels.NewRequirement(OwnerLabel, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	managed, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient:           mgr.GetHTTPClient(),
+		Scheme:               mgr.GetScheme(),
+		Mapper:               mgr.GetRESTMapper(),
+		DefaultLabelSelector: labels.NewSelector().Add(*owned),
+		DefaultTransform:     cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the cache of managed objects: %w", err)
+	}
+	if err := mgr.Add(cacheRunnable{managed}); err != nil {
+		return err
+	}
+	r.managed = managed
+
+	rateLimiter := workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
+		orDefault(r.Options.RetryMin, time.Second), orDefault(r.Options.RetryMax, 5*time.Minute))
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ManifestSync{}, builder.WithPredicates(specOrMetadataChanged())).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.forNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.concurrency(), RateLimiter: rateLimiter}).
+		Named("manifestsync").
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.watches = &watches{
+		ctrl:         c,
+		cache:        mgr.GetCache(),
+		managedCache: managed,
+		mapper:       mgr.GetRESTMapper(),
+		forSource:    r.forSource,
+		started:      map[watchKey]bool{},
+	}
+	return nil
+}
+
+// cacheRunnable makes the manager start a cache with its own, before the
+// controllers.
+type cacheRunnable struct{ cache.Cache }
+
+func (c cacheRunnable) GetCache() cache.Cache { return c.Cache }
+
+// specOrMetadataChanged passes ManifestSync events except those of its own
+// status writes.
+func specOrMetadataChanged() predicate.Predicate {
+	return predicate.Or[client.Object](
+		predicate.GenerationChangedPredicate{},
+		predicate.AnnotationChangedPredicate{},
+		predicate.LabelChangedPredicate{},
+		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			return !e.ObjectNew.GetDeletionTimestamp().Equal(e.ObjectOld.GetDeletionTimestamp()) ||
+				len(e.ObjectNew.GetFinalizers()) != len(e.ObjectOld.GetFinalizers())
+		}},
+	)
+}
+
+// targetNamespaceKeys are the index keys of ms's in-cluster targets.
+func targetNamespaceKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, t := range ms.Spec.Targets {
+		switch {
+		case t.Cluster != nil:
+		case t.NamespaceSelector != nil:
+			keys = append(keys, anyNamespace)
+		case t.Namespace != "":
+			keys = append(keys, t.Namespace)
+		}
+	}
+	return keys
+}
+
+// forNamespace maps a namespace to the ManifestSyncs that target it by
+// name or may select it.
+func (r *Reconciler) forNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, key := range []string{ns.GetName(), anyNamespace} {
+		reqs = append(reqs, r.listBy(ctx, indexNamespaces, key)...)
+	}
+	return reqs
+}
+
+// forSource maps an object of kind gvk to the ManifestSyncs that read it.
+func (r *Reconciler) forSource(gvk schema.GroupVersionKind) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		ref := objectRef{gvk: gvk, namespace: obj.GetNamespace(), name: obj.GetName()}
+		return r.listBy(ctx, indexSources, ref.indexKey())
+	}
+}
+
+func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.Request {
+	var list v1alpha1.ManifestSyncList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{index: key}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing ManifestSyncs", "index", index)
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i, ms := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}}
+	}
+	return reqs
+}
+
+// forOwner maps a managed object to the ManifestSync of its OwnerLabel.
+func forOwner(_ context.Context, obj client.Object) []reconcile.Request {
+	ns, name, ok := strings.Cut(obj.GetLabels()[OwnerLabel], ".")
+	if !ok || ns == "" || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// watches starts, once per kind and on first use, the metadata-only
+// watches the controller needs beyond its static ones: the kinds of object
+// sources (in the manager's cache) and the kinds of managed objects (in
+// the owner-labelled cache).
+type watches struct {
+	ctrl         controller.Controller
+	cache        cache.Cache
+	managedCache cache.Cache
+	mapper       apimeta.RESTMapper
+	forSource    func(schema.GroupVersionKind) handler.MapFunc
+
+	mu      sync.Mutex
+	started map[watchKey]bool
+}
+
+type watchKey struct {
+	gvk     schema.GroupVersionKind
+	managed bool
+}
+
+// source watches the objects of kind gvk, for object sources.
+func (w *watches) source(ctx context.Context, gvk schema.GroupVersionKind) error {
+	return w.start(ctx, watchKey{gvk: gvk}, w.cache, handler.EnqueueRequestsFromMapFunc(w.forSource(gvk)))
+}
+
+// managed watches our objects of kind gvk, for drift.
+func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) error {
+	return w.start(ctx, watchKey{gvk: gvk, managed: true}, w.managedCache, handler.EnqueueRequestsFromMapFunc(forOwner))
+}
+
+func (w *watches) start(_ context.Context, key watchKey, c cache.Cache, h handler.EventHandler) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started[key] {
+		return nil
+	}
+	// An unknown kind would make the watch retry forever; fail instead.
+	if _, err := w.mapper.RESTMapping(key.gvk.GroupKind(), key.gvk.Version); err != nil {
+		return err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(key.gvk)
+	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h)); err != nil {
+		return err
+	}
+	w.started[key] = true
+	return nil
+}

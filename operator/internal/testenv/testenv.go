@@ -1,0 +1,191 @@
+// Package testenv runs a real kube-apiserver and etcd (controller-runtime's
+// envtest) for the operator's tests, with the ManifestSync CRD installed.
+//
+// One environment serves a whole test package: start it in TestMain with
+// Run, and make a namespace per test with Env.Namespace so that tests stay
+// independent. The assets come from $KUBEBUILDER_ASSETS or <repo>/bin/envtest
+// (`make envtest`); when they are missing the tests fail, except under
+// -short, where every test that needs the environment is skipped.
+//
+// It is for tests only: nothing but _test.go files may import it.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Env is a running API server with a client for it.
+type Env struct {
+	// Config connects to the API server as an administrator.
+	Config *rest.Config
+	// Scheme knows the built-in kinds and ManifestSync.
+	Scheme *runtime.Scheme
+	// Client is an uncached client of Config.
+	Client client.Client
+
+	env *envtest.Environment
+}
+
+// Setup runs once the environment is up, before the tests, and returns
+// what to do after them (such as stopping a controller manager).
+type Setup func(*Env) (teardown func(), err error)
+
+// Run starts the environment, stores it in *env, runs the setups and the
+// tests, then tears down and stops; its result is TestMain's exit code.
+// Under -short it starts nothing and leaves *env nil, so that Env.Need
+// skips.
+func Run(m *testing.M, env **Env, setups ...Setup) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+		return 1
+	}
+	*env = e
+	code := runWith(m, e, setups)
+	if err := e.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: stopping: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func runWith(m *testing.M, e *Env, setups []Setup) int {
+	for _, setup := range setups {
+		teardown, err := setup(e)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: setup: %v\n", err)
+			return 1
+		}
+		if teardown != nil {
+			defer teardown()
+		}
+	}
+	return m.Run()
+}
+
+// Need skips the test when no environment runs (under -short).
+func (e *Env) Need(t testing.TB) {
+	t.Helper()
+	if e == nil {
+		t.Skip("needs a kube-apiserver; skipped under -short")
+	}
+}
+
+// Start starts etcd and kube-apiserver and installs the CRDs of
+// operator/config/crd/bases.
+func Start() (*Env, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	assets, err := assetsDir(root)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	te := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "operator", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   scheme,
+		ControlPlaneStartTimeout: 60 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest with the assets in %s: %w", assets, err)
+	}
+	// Tests make many requests quickly; client-side throttling would
+	// only slow them down.
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = te.Stop()
+		return nil, err
+	}
+	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te}, nil
+}
+
+// Stop stops the API server and etcd.
+func (e *Env) Stop() error {
+	return e.env.Stop()
+}
+
+// Namespace creates a namespace with a random name for one test. It is
+// deleted when the test ends; envtest runs no namespace controller, so the
+// objects in it stay (tests must not rely on them going away).
+func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8), Labels: labels}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// assetsDir is $KUBEBUILDER_ASSETS, or bin/envtest in the repository; it
+// must hold etcd and kube-apiserver.
+func assetsDir(root string) (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(root, "bin", "envtest")
+	}
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return "", fmt.Errorf("no %s in %s: run make envtest (or set KUBEBUILDER_ASSETS)", name, dir)
+		}
+	}
+	return dir, nil
+}
+
+// repoRoot is the nearest directory above the working directory that holds
+// go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,90 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+var env *Env
+
+func TestMain(m *testing.M) { os.Exit(Run(m, &env)) }
+
+func TestRequestsCountWrites(t *testing.T) {
+	env.Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := env.Namespace(t, nil)
+
+	before, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isConfigMap := func(verb string) func(Request) bool {
+		return func(r Request) bool { return r.Verb == verb && r.Group == "" && r.Resource == "configmaps" }
+	}
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm-" + string(rune('a'+i))}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, keyOf(ns, "cm-a"), cm); err != nil {
+		t.Fatal(err)
+	}
+	after, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	if got := d.Count(isConfigMap("POST")); got != 3 {
+		t.Errorf("configmap POSTs: got %v, want 3 (%v)", got, d)
+	}
+	if got := d.Count(isConfigMap("GET")); got != 1 {
+		t.Errorf("configmap GETs: got %v, want 1 (%v)", got, d)
+	}
+	if got := d.Writes(); got != 3 {
+		t.Errorf("writes: got %v, want 3 (%v)", got, d)
+	}
+}
+
+func TestParseRequests(t *testing.T) {
+	raw := []byte(`# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="secrets",scope="resource",subresource="",verb="POST",version="v1"} 4
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="secrets",scope="resource",subresource="",verb="POST",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="status",verb="APPLY",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="secrets",scope="resource",subresource="",verb="GET",version="v1"} 9
+`)
+	r, err := parseRequests(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r[Request{Verb: "POST", Resource: "secrets"}]; got != 5 {
+		t.Errorf("secret POSTs: got %v, want 5", got)
+	}
+	if got := r.Writes(); got != 7 {
+		t.Errorf("writes without leases: got %v, want 7", got)
+	}
+	if got := r.Sub(Requests{{Verb: "GET", Resource: "secrets"}: 4})[Request{Verb: "GET", Resource: "secrets"}]; got != 5 {
+		t.Errorf("GETs since: got %v, want 5", got)
+	}
+}
+
+func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+func TestMissingAssetsSayWhatToRun(t *testing.T) {
+	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
+	_, err := assetsDir("/nonexistent")
+	if err == nil || !strings.Contains(err.Error(), "run make envtest") {
+		t.Fatalf("got %v, want an error saying to run make envtest", err)
+	}
+}
