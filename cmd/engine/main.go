@@ -68,6 +68,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDocCmd(), newVersionCmd())
+	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDocCmd(), newVersionCmd(), newOperatorCmd())
 	return root
 }

@@ -221,12 +221,18 @@ func fetchGit(ctx context.Context, dir, name string, src v1alpha1.GitSource) (*e
 // gitFetcher is the process's one Fetcher, caching under the user cache
 // directory (or in memory when there is none).
 var gitFetcher = sync.OnceValue(func() *git.Fetcher {
-	opts := git.Options{}
-	if dir, err := os.UserCacheDir(); err == nil {
-		opts.CacheDir = filepath.Join(dir, "manifestsync", "git")
-	}
-	return git.New(opts)
+	return git.New(git.Options{CacheDir: gitCacheDir()})
 })
+
+// gitCacheDir is where fetched repositories are kept: manifestsync/git
+// under the user cache directory, or "" (memory) when there is none.
+func gitCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "manifestsync", "git")
+}
 
 // readSecretData reads the data of a Secret manifest: data (base64) and
 // stringData (plain) merged, as the API server merges them.

@@ -1,0 +1,47 @@
+// Package gitsource gives the reconciler its git sources: it reads a
+// source's credentials from the Secret its secretRef names, in the
+// ManifestSync's namespace, and fetches through one shared git.Fetcher,
+// whose cache makes an unchanged remote cost one ref listing per poll.
+package gitsource
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Sources implements controller.Sources with go-git.
+type Sources struct {
+	// Reader reads the credential Secrets; an uncached reader (the
+	// manager's APIReader), so that no Secret body is cached cluster-wide.
+	Reader  client.Reader
+	Fetcher *git.Fetcher
+}
+
+// New returns Sources that cache repositories under cacheDir, or in
+// memory when it is empty.
+func New(reader client.Reader, cacheDir string) *Sources {
+	return &Sources{Reader: reader, Fetcher: git.New(git.Options{CacheDir: cacheDir})}
+}
+
+// Fetch returns the snapshot of the git source src of ms.
+func (s *Sources) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
+	if src.Git == nil {
+		return nil, fmt.Errorf("source %q is not a git source", src.Name)
+	}
+	var auth *git.Auth
+	if ref := src.Git.SecretRef; ref != nil {
+		var secret corev1.Secret
+		if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &secret); err != nil {
+			return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
+		}
+		auth = git.FromSecretData(secret.Data)
+	}
+	return s.Fetcher.Fetch(ctx, src.Name, *src.Git, auth)
+}
