@@ -32,6 +32,11 @@ test: ## Run every test (installs what the tests need first: etcd, sshd, kube-ap
 test-short: ## Run the fast unit tests only.
 	$(GO) test -short $(PKGS)
 
+.PHONY: demo
+demo: ## Start a local control plane, run the operator on the examples, show their status (DEMO_EXIT=1: exit once all are Ready).
+	hack/test-deps.sh
+	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./hack/demo
+
 .PHONY: bench
 bench: $(CUE) ## Run the benchmarks: schema validation against cue vet (same run), then the Go benchmarks.
 	$(GO) run ./bench/cuevet -cue $(CUE) -schemas schemas/k8s -n 1000,10000

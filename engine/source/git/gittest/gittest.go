@@ -134,27 +134,45 @@ func Daemon(t *testing.T, root string) string {
 // hash is the same on every run, and returns the commit's hash.
 func Publish(t *testing.T, root, name, dir string) string {
 	t.Helper()
+	hash, err := PublishDir(root, name, dir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash
+}
+
+// PublishDir is Publish for programs (the demo): work is an empty scratch
+// directory, which also serves as git's HOME.
+func PublishDir(root, name, dir, work string) (string, error) {
 	bare := filepath.Join(root, name+".git")
-	work := t.TempDir()
-	env := append(ServerEnv(t),
+	env := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + work, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_AUTHOR_NAME=ManifestSync", "GIT_AUTHOR_EMAIL=test@manifestsync.dev", "GIT_AUTHOR_DATE=2026-01-02T03:04:05Z",
-		"GIT_COMMITTER_NAME=ManifestSync", "GIT_COMMITTER_EMAIL=test@manifestsync.dev", "GIT_COMMITTER_DATE=2026-01-02T03:04:05Z")
-	git := func(dir string, args ...string) string {
+		"GIT_COMMITTER_NAME=ManifestSync", "GIT_COMMITTER_EMAIL=test@manifestsync.dev", "GIT_COMMITTER_DATE=2026-01-02T03:04:05Z",
+	}
+	tree := filepath.Join(work, "tree")
+	git := func(dir string, args ...string) (string, error) {
 		cmd := exec.Command("git", args...)
 		cmd.Dir, cmd.Env = dir, env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
+			return "", fmt.Errorf("git %v: %w\n%s", args, err, out)
 		}
-		return string(bytes.TrimSpace(out))
+		return string(bytes.TrimSpace(out)), nil
 	}
-	git(root, "init", "-q", "--bare", "-b", "main", bare)
-	git(work, "init", "-q", "-b", "main")
-	if err := os.CopyFS(work, os.DirFS(dir)); err != nil {
-		t.Fatal(err)
+	if err := os.CopyFS(tree, os.DirFS(dir)); err != nil {
+		return "", err
 	}
-	git(work, "add", "-A")
-	git(work, "commit", "-q", "-m", "publish "+name)
-	git(work, "push", "-q", bare, "main")
-	return git(work, "rev-parse", "HEAD")
+	for _, args := range [][]string{
+		{root, "init", "-q", "--bare", "-b", "main", bare},
+		{tree, "init", "-q", "-b", "main"},
+		{tree, "add", "-A"},
+		{tree, "commit", "-q", "-m", "publish " + name},
+		{tree, "push", "-q", bare, "main"},
+	} {
+		if _, err := git(args[0], args[1:]...); err != nil {
+			return "", err
+		}
+	}
+	return git(tree, "rev-parse", "HEAD")
 }
