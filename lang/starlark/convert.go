@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -128,6 +129,10 @@ const (
 type converter struct {
 	budget    int64 // values left to convert
 	exhausted bool  // the budget ran out
+	// size is the length of the JSON encoding of what was converted, as
+	// encoding/json writes it without HTML escaping: what Limits.MaxBytes
+	// bounds.
+	size int64
 }
 
 func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
@@ -140,15 +145,24 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 	}
 	switch v := v.(type) {
 	case starlark.NoneType:
+		c.size += 4
 		return nil, nil
 	case starlark.Bool:
+		c.size += 5
+		if v {
+			c.size--
+		}
 		return bool(v), nil
 	case starlark.String:
+		c.size += jsonStringSize(string(v))
 		return string(v), nil
 	case starlark.Bytes:
+		c.size += jsonStringSize(string(v))
 		return string(v), nil
 	case starlark.Int:
 		if i, ok := v.Int64(); ok {
+			var buf [24]byte
+			c.size += int64(len(strconv.AppendInt(buf[:0], i, 10)))
 			return i, nil
 		}
 		return nil, fmt.Errorf("integer %s does not fit in 64 bits", v)
@@ -157,15 +171,19 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 		if math.IsInf(f, 0) || math.IsNaN(f) {
 			return nil, fmt.Errorf("float %s has no JSON form", v)
 		}
+		var buf [32]byte
+		c.size += int64(len(strconv.AppendFloat(buf[:0], f, 'g', -1, 64)))
 		return f, nil
 	case *starlark.Dict:
 		m := make(map[string]any, v.Len())
-		for _, item := range v.Items() {
-			k, ok := item[0].(starlark.String)
+		c.size += 2 + max(int64(v.Len())-1, 0) // braces and commas
+		for key, val := range v.Entries() {
+			k, ok := key.(starlark.String)
 			if !ok {
-				return nil, fmt.Errorf("dict key %s is a %s, want string", item[0], item[0].Type())
+				return nil, fmt.Errorf("dict key %s is a %s, want string", key, key.Type())
 			}
-			gv, err := c.fromValue(item[1], depth+1)
+			c.size += jsonStringSize(string(k)) + 1 // and the colon
+			gv, err := c.fromValue(val, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", string(k), err)
 			}
@@ -174,7 +192,10 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 		return m, nil
 	case *starlarkstruct.Struct:
 		m := make(map[string]any)
-		for _, name := range v.AttrNames() {
+		names := v.AttrNames()
+		c.size += 2 + max(int64(len(names))-1, 0)
+		for _, name := range names {
+			c.size += jsonStringSize(name) + 1
 			av, err := v.Attr(name)
 			if err != nil {
 				return nil, err
@@ -199,6 +220,7 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 // and would be a terabyte as data.
 func (c *converter) fromSequence(v starlark.Indexable, depth int) (any, error) {
 	n := v.Len()
+	c.size += 2 + max(int64(n)-1, 0) // brackets and commas
 	s := make([]any, n)
 	for i := 0; i < n; i++ {
 		gv, err := c.fromValue(v.Index(i), depth+1)
@@ -230,4 +252,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// jsonStringSize is the length of s as a JSON string, as encoding/json
+// writes it without HTML escaping: quotes, and escapes for quotes,
+// backslashes and control characters (\u00XX but for \n, \r, \t).
+func jsonStringSize(s string) int64 {
+	n := int64(len(s)) + 2
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b == '"' || b == '\\' || b == '\n' || b == '\r' || b == '\t':
+			n++
+		case b < 0x20:
+			n += 5
+		}
+	}
+	return n
 }

@@ -1,7 +1,6 @@
 package starlark
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -179,11 +178,7 @@ func (l Limits) Objects(v starlark.Value) ([]map[string]any, error) {
 			}
 			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, err)
 		}
-		data, err := json.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, err)
-		}
-		total += int64(len(data))
+		total += c.size
 		if total > l.MaxBytes {
 			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, l.bytesError())
 		}

@@ -99,13 +99,13 @@ func (m *measurer) measure(v starlark.Value, depth int) extent {
 		}
 	case *starlark.Dict:
 		e.bytes += int64(max(v.Len()-1, 0))
-		for _, item := range v.Items() {
+		for key, val := range v.Entries() {
 			// Keys must be strings (the conversion checks), and are
 			// not values of their own.
-			if k, ok := item[0].(starlark.String); ok {
+			if k, ok := key.(starlark.String); ok {
 				e.add(extent{bytes: int64(len(k)) + 3})
 			}
-			e.add(m.measure(item[1], depth+1))
+			e.add(m.measure(val, depth+1))
 		}
 	case *starlarkstruct.Struct:
 		names := v.AttrNames()
