@@ -7,6 +7,7 @@ TOOLS_MOD := hack/tools/go.mod
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 CUE := $(BIN)/cue
+STARLARK := $(BIN)/starlark
 PKGS := ./...
 
 .DEFAULT_GOAL := help
@@ -38,8 +39,9 @@ demo: ## Start a local control plane, run the operator on the examples, show the
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./hack/demo
 
 .PHONY: bench
-bench: $(CUE) ## Run the benchmarks: schema validation against cue vet (same run), then the Go benchmarks.
+bench: $(CUE) $(STARLARK) ## Run the benchmarks: validation against cue vet, evaluation against the starlark command (same run), then the Go benchmarks.
 	$(GO) run ./bench/cuevet -cue $(CUE) -schemas schemas/k8s -n 1000,10000
+	$(GO) run ./bench/evalbench -starlark $(STARLARK) -pairs 3
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./lang/...
 
 .PHONY: lint
@@ -76,6 +78,9 @@ $(CONTROLLER_GEN): $(TOOLS_MOD)
 
 $(CUE): hack/tools/cue/go.mod
 	cd hack/tools/cue && $(GO) build -o $@ cuelang.org/go/cmd/cue
+
+$(STARLARK): hack/tools/starlark/go.mod
+	cd hack/tools/starlark && $(GO) build -o $@ go.starlark.net/cmd/starlark
 
 $(GOLANGCI_LINT): hack/tools/lint/go.mod
 	cd hack/tools/lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
