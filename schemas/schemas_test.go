@@ -83,9 +83,10 @@ func TestManifestSyncCoversTheGoType(t *testing.T) {
 					Patches: []v1alpha1.Patch{{Patch: "- {op: add, path: /x, value: 1}", Target: &v1alpha1.PatchSelector{Group: "apps", Version: "v1", Kind: "Deployment", Name: "web", Namespace: "web-.*", LabelSelector: "a=b", AnnotationSelector: "c=d"}}},
 				},
 				{
-					Name: "prod-eu", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+					Name: "prod-eu", Namespace: "web",
 					Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "prod-eu", Key: "value"}},
 				},
+				{Name: "teams", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}},
 			},
 			Policy:             v1alpha1.Policy{Resources: v1alpha1.PolicyAdopt, Prune: &prune, Deletion: v1alpha1.DeletionOrphan, Drift: v1alpha1.DriftReport},
 			Interval:           &metav1.Duration{Duration: 90_000_000_000},

@@ -226,6 +226,7 @@ type SchemaRef struct {
 // picks, in this cluster or a remote one.
 //
 // +kubebuilder:validation:XValidation:rule="!(has(self.namespace) && has(self.namespaceSelector))",message="namespace and namespaceSelector are exclusive"
+// +kubebuilder:validation:XValidation:rule="!(has(self.cluster) && has(self.namespaceSelector))",message="namespaceSelector selects namespaces of this cluster only; a remote cluster's target names its namespace"
 type Target struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
@@ -366,6 +367,9 @@ const (
 	ReasonValidationFailed = "ValidationFailed"
 	ReasonApplyFailed      = "ApplyFailed"
 	ReasonConflict         = "Conflict"
+	// ReasonServiceAccountRequired: the operator requires
+	// spec.serviceAccountName and the ManifestSync has none.
+	ReasonServiceAccountRequired = "ServiceAccountRequired"
 )
 
 // ManifestSyncStatus is what the operator observed and did.
@@ -452,6 +456,10 @@ type InventoryEntry struct {
 	Version string `json:"v"`
 	// +optional
 	Target string `json:"target,omitempty"`
+	// Cluster is the remote cluster the object is in, as its kubeconfig
+	// Secret "<name>/<key>"; empty for this cluster.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // HistoryEntry is one evaluated revision.
