@@ -1,0 +1,399 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manifestsync/manifestsync/engine"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers     = 2
+	DefaultMemoryLimit = 256 << 20
+	DefaultTimeout     = time.Minute
+)
+
+// watchInterval is how often the parent reads a busy worker's resident size.
+const watchInterval = 50 * time.Millisecond
+
+// Options configure a Pool. The zero value is usable: two workers of
+// 256 MiB each, a minute per evaluation, running this executable's
+// eval-worker subcommand.
+type Options struct {
+	// Workers is how many evaluations run at once, each in its own
+	// process; default 2.
+	Workers int
+	// MemoryLimit bounds each worker's memory, in bytes; default 256 MiB.
+	MemoryLimit int64
+	// Timeout bounds the wall-clock time of one evaluation, as a backstop
+	// to the script limits (which bound each Starlark call); default 1m.
+	Timeout time.Duration
+	// Command starts a worker: a program that calls Serve on its stdin and
+	// stdout. Default: this executable with the argument "eval-worker".
+	Command []string
+	// Env is added to the worker's environment (which is the parent's).
+	Env []string
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.MemoryLimit <= 0 {
+		o.MemoryLimit = DefaultMemoryLimit
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if len(o.Command) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return o, fmt.Errorf("eval workers: finding this executable: %w", err)
+		}
+		o.Command = []string{exe, "eval-worker"}
+	}
+	return o, nil
+}
+
+// Pool evaluates in worker processes, at most Options.Workers at once,
+// starting workers when first needed and replacing those that die. It is
+// safe for concurrent use.
+type Pool struct {
+	opts  Options
+	slots chan *process // one per worker; nil until started
+
+	mu     sync.Mutex
+	live   map[*process]bool
+	closed bool
+}
+
+// New returns a pool; its workers start with the first evaluations.
+func New(opts Options) (*Pool, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{opts: opts, slots: make(chan *process, opts.Workers), live: map[*process]bool{}}
+	for range opts.Workers {
+		p.slots <- nil
+	}
+	return p, nil
+}
+
+// Evaluate is engine.Evaluate in a worker. Besides the engine's errors it
+// returns a *KilledError when the worker had to be killed (memory limit,
+// timeout, ctx done) or crashed; the pool then replaces the worker.
+func (p *Pool) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Options) (*engine.Result, error) {
+	if p.isClosed() {
+		return nil, errPoolClosed
+	}
+	var w *process
+	select {
+	case w = <-p.slots:
+	case <-ctx.Done():
+		return nil, &KilledError{Err: ctx.Err()}
+	}
+	if w == nil {
+		var err error
+		if w, err = p.start(ctx); err != nil {
+			p.slots <- nil
+			return nil, err
+		}
+	}
+	res, err := p.evaluate(ctx, w, toWireRequest(spec, opts), opts.Scope)
+	var killed *KilledError
+	if errors.As(err, &killed) {
+		p.forget(w)
+		w = nil
+	}
+	p.slots <- w
+	return res, err
+}
+
+// Close stops every worker; evaluations under way fail.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	live := make([]*process, 0, len(p.live))
+	for w := range p.live {
+		live = append(live, w)
+	}
+	p.mu.Unlock()
+	for _, w := range live {
+		w.kill()
+		<-w.exited
+	}
+	return nil
+}
+
+var errPoolClosed = errors.New("eval workers: the pool is closed")
+
+func (p *Pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *Pool) forget(w *process) {
+	p.mu.Lock()
+	delete(p.live, w)
+	p.mu.Unlock()
+}
+
+// start starts a worker and waits until it has bounded itself.
+func (p *Pool) start(ctx context.Context) (*process, error) {
+	if p.isClosed() {
+		return nil, errPoolClosed
+	}
+	w, err := startProcess(p.opts)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.live[w] = true
+	p.mu.Unlock()
+	_, err = p.supervise(ctx, w, func() (any, error) {
+		if err := writeFrame(w.in, message{Config: &config{MemoryLimit: p.opts.MemoryLimit}}); err != nil {
+			return nil, err
+		}
+		var m message
+		if err := readFrame(w.out, maxFrame, &m); err != nil {
+			return nil, err
+		}
+		if m.Ready == nil {
+			return nil, errors.New("eval worker: expected ready")
+		}
+		return nil, nil
+	})
+	if err != nil {
+		p.forget(w)
+		return nil, fmt.Errorf("starting an eval worker: %w", err)
+	}
+	return w, nil
+}
+
+// evaluate sends the request to w, answers its scope questions and reads
+// the result.
+func (p *Pool) evaluate(ctx context.Context, w *process, req *evalRequest, scope engine.Scope) (*engine.Result, error) {
+	limit := max(int(p.opts.MemoryLimit), 64<<20)
+	var evalErr error
+	v, err := p.supervise(ctx, w, func() (any, error) {
+		if err := writeFrame(w.in, message{Eval: req}); err != nil {
+			return nil, err
+		}
+		for {
+			var m message
+			if err := readFrame(w.out, limit, &m); err != nil {
+				return nil, err
+			}
+			switch {
+			case m.Scope != nil:
+				a := &scopeMessage{}
+				if scope != nil {
+					a.Namespaced, a.OK = scope(gvkOf(m.Scope))
+				}
+				if err := writeFrame(w.in, message{Scope: a}); err != nil {
+					return nil, err
+				}
+			case m.Result != nil:
+				var res *engine.Result
+				res, evalErr = fromWireResponse(m.Result)
+				return res, nil
+			default:
+				return nil, errors.New("eval worker: unexpected message")
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	res, _ := v.(*engine.Result)
+	return res, evalErr
+}
+
+// supervise runs exchange, a conversation with w, and kills w when the
+// conversation fails, ctx is done, the timeout passes or w's resident
+// size goes past the memory limit; the error is then a *KilledError.
+func (p *Pool) supervise(ctx context.Context, w *process, exchange func() (any, error)) (any, error) {
+	type outcome struct {
+		v   any
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		v, err := exchange()
+		done <- outcome{v, err}
+	}()
+	timeout := time.NewTimer(p.opts.Timeout)
+	defer timeout.Stop()
+	watch := time.NewTicker(watchInterval)
+	defer watch.Stop()
+	stop := func(why *KilledError) (any, error) {
+		w.kill()
+		<-done
+		<-w.exited
+		return nil, why
+	}
+	for {
+		select {
+		case o := <-done:
+			if o.err == nil {
+				return o.v, nil
+			}
+			// The worker died, or said something it should not have.
+			killed := false
+			select {
+			case <-w.exited:
+			case <-time.After(time.Second):
+				w.kill()
+				<-w.exited
+				killed = true
+			}
+			return nil, w.deathError(o.err, p.opts.MemoryLimit, killed)
+		case <-ctx.Done():
+			return stop(&KilledError{Err: ctx.Err()})
+		case <-timeout.C:
+			return stop(&KilledError{Limit: LimitTimeout, Value: p.opts.Timeout.String()})
+		case <-watch.C:
+			if rss, err := residentSize(w.pid); err == nil && rss > uint64(p.opts.MemoryLimit) {
+				return stop(&KilledError{Limit: LimitMemory, Value: formatBytes(p.opts.MemoryLimit)})
+			}
+		}
+	}
+}
+
+// process is one running worker.
+type process struct {
+	cmd    *exec.Cmd
+	pid    int
+	stdin  *os.File
+	in     *bufio.Writer
+	out    *bufio.Reader
+	stdout *os.File
+	stderr *tailBuffer
+	exited chan struct{} // closed once the process is reaped
+	err    error         // what Wait returned; read after exited
+}
+
+func startProcess(opts Options) (*process, error) {
+	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
+	cmd.Env = append(os.Environ(), opts.Env...)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	w := &process{cmd: cmd, stdin: inW, stdout: outR, stderr: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, w.stderr
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("starting an eval worker: %w", err)
+	}
+	w.pid = cmd.Process.Pid
+	w.in = bufio.NewWriterSize(inW, 1<<16)
+	w.out = bufio.NewReaderSize(outR, 1<<16)
+	go func() {
+		w.err = cmd.Wait()
+		inW.Close()
+		outR.Close()
+		close(w.exited)
+	}()
+	return w, nil
+}
+
+// kill kills the worker; it is reaped in the background.
+func (w *process) kill() { _ = w.cmd.Process.Kill() }
+
+// deathError says why the conversation with a worker failed with err;
+// killed says the parent killed it after. The Go runtime of a worker that
+// reached its address-space limit says it ran out of memory.
+func (w *process) deathError(err error, limit int64, killed bool) error {
+	var big *frameTooLargeError
+	if errors.As(err, &big) {
+		return &KilledError{Limit: LimitMemory, Value: formatBytes(limit), Detail: "its result is too large: " + big.Error()}
+	}
+	last := w.stderr.String()
+	if outOfMemory(last) {
+		return &KilledError{Limit: LimitMemory, Value: formatBytes(limit)}
+	}
+	detail := firstFatalLine(last)
+	switch {
+	case detail != "":
+	case killed:
+		detail = err.Error()
+	case w.err != nil:
+		detail = w.err.Error()
+		if strings.HasSuffix(detail, "signal: killed") {
+			detail += " (by the kernel's out-of-memory killer?)"
+		}
+	default:
+		detail = err.Error()
+	}
+	return &KilledError{Detail: detail}
+}
+
+// outOfMemory tells the Go runtime's last words when an allocation, or a
+// thread stack, did not fit under RLIMIT_AS.
+func outOfMemory(stderr string) bool {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "failed to create new OS thread", "pthread_create failed", "cannot map pages", "address space"} {
+		if strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstFatalLine picks the line of a crash report that says what happened.
+func firstFatalLine(stderr string) string {
+	var last string
+	for _, l := range strings.Split(stderr, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "eval worker:") {
+			return l
+		}
+		if l != "" && last == "" {
+			last = l
+		}
+	}
+	return last
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/manifestsync/manifestsync/engine"
+)
+
+// Serve is a worker's main loop: it reads the config, bounds the process's
+// memory, then evaluates requests from r one at a time and writes each
+// result to w, until r ends. Nothing else may write to w: the caller points
+// os.Stdout elsewhere (stray output would corrupt the protocol).
+func Serve(r io.Reader, w io.Writer) error {
+	s := &server{in: bufio.NewReaderSize(r, 1<<16), out: bufio.NewWriterSize(w, 1<<16)}
+	var m message
+	if err := readFrame(s.in, maxFrame, &m); err != nil {
+		return fmt.Errorf("eval worker: reading the config: %w", err)
+	}
+	if m.Config == nil {
+		return errors.New("eval worker: the first message is not the config")
+	}
+	as, err := bound(m.Config.MemoryLimit)
+	if err != nil {
+		return fmt.Errorf("eval worker: %w", err)
+	}
+	if err := writeFrame(s.out, message{Ready: &ready{AddressSpace: as}}); err != nil {
+		return fmt.Errorf("eval worker: %w", err)
+	}
+	for {
+		var m message
+		if err := readFrame(s.in, maxFrame, &m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // the parent is done with us
+			}
+			return fmt.Errorf("eval worker: %w", err)
+		}
+		if m.Eval == nil {
+			return errors.New("eval worker: expected an evaluation request")
+		}
+		s.scopes, s.err = nil, nil
+		spec, opts := fromWireRequest(m.Eval, s.scope)
+		res, err := engine.Evaluate(context.Background(), spec, opts)
+		if s.err != nil {
+			return fmt.Errorf("eval worker: asking for a scope: %w", s.err)
+		}
+		if err := writeFrame(s.out, message{Result: toWireResponse(res, err)}); err != nil {
+			return fmt.Errorf("eval worker: %w", err)
+		}
+	}
+}
+
+// bound limits the process's memory to limit bytes (beyond what it has
+// mapped already): a hard address-space limit, so that one huge
+// allocation fails at once, and the Go runtime's soft limit, so that the
+// collector works hard before the parent's watchdog has to step in.
+func bound(limit int64) (addressSpace uint64, err error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	debug.SetMemoryLimit(limit)
+	if raceEnabled {
+		return 0, nil
+	}
+	return limitAddressSpace(uint64(limit))
+}
+
+// server is one worker's state; the engine evaluates targets concurrently,
+// so scope questions are serialised.
+type server struct {
+	in  *bufio.Reader
+	out *bufio.Writer
+
+	mu     sync.Mutex
+	scopes map[schema.GroupVersionKind]scopeMessage // answers of this evaluation
+	err    error                                    // the first failed question
+}
+
+// scope asks the parent whether a kind is namespaced, once per kind and
+// evaluation.
+func (s *server) scope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scopes == nil {
+		s.scopes = map[schema.GroupVersionKind]scopeMessage{}
+	}
+	if a, seen := s.scopes[gvk]; seen {
+		return a.Namespaced, a.OK
+	}
+	if s.err != nil {
+		return engine.BuiltinScope(gvk)
+	}
+	q := &scopeMessage{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
+	if err := writeFrame(s.out, message{Scope: q}); err != nil {
+		s.err = err
+		return engine.BuiltinScope(gvk)
+	}
+	var m message
+	if err := readFrame(s.in, maxFrame, &m); err != nil {
+		s.err = err
+		return engine.BuiltinScope(gvk)
+	}
+	if m.Scope == nil {
+		s.err = errors.New("expected a scope answer")
+		return engine.BuiltinScope(gvk)
+	}
+	s.scopes[gvk] = *m.Scope
+	return m.Scope.Namespaced, m.Scope.OK
+}
+
+// ServeStdio serves on the process's stdin and stdout, with os.Stdout
+// pointed at stderr so that nothing else writes to the protocol; for the
+// eval-worker subcommand, and for tests that start themselves as workers.
+func ServeStdio() error {
+	out := os.Stdout
+	os.Stdout = os.Stderr
+	return Serve(os.Stdin, out)
+}
