@@ -40,6 +40,10 @@ type Change struct {
 	ResourceVersion string
 	// Err says why the object failed or conflicts.
 	Err error
+
+	// result is the object sent and, once applied, as the API server
+	// returned it; DryRun compares it with the live object.
+	result *unstructured.Unstructured
 }
 
 // ours reports whether the object now carries our owner label.
@@ -63,7 +67,10 @@ type applier struct {
 	live    client.Reader // reads from the API server
 	managed client.Reader // metadata of the objects carrying OwnerLabel, cached
 	owner   string        // OwnerLabel's value
+	manager string        // field manager; "" is FieldManager
 	policy  v1alpha1.ResourcePolicy
+	// dryRun makes every write a server-side dry run (engine diff).
+	dryRun bool
 }
 
 // apply applies desired, whose digest is given, and says what happened.
@@ -118,13 +125,6 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 	}
 }
 
-func ownedBy(owner string) string {
-	if owner == "" {
-		return ""
-	}
-	return " (it belongs to ManifestSync " + strings.Replace(owner, ".", "/", 1) + ")"
-}
-
 func (c Change) failed(err error) Change {
 	c.Action, c.Err = ActionFailed, err
 	return c
@@ -167,12 +167,24 @@ func (a *applier) liveMetadata(ctx context.Context, obj *unstructured.Unstructur
 	return meta, nil
 }
 
+// fieldManager is the field manager of a's writes.
+func (a *applier) fieldManager() string {
+	if a.manager == "" {
+		return FieldManager
+	}
+	return a.manager
+}
+
 // ssa server-side applies obj; live is the object before, if any.
 func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live *metav1.PartialObjectMetadata, force bool, ch Change) Change {
-	opts := []client.ApplyOption{client.FieldOwner(FieldManager)}
+	opts := []client.ApplyOption{client.FieldOwner(a.fieldManager())}
 	if force {
 		opts = append(opts, client.ForceOwnership)
 	}
+	if a.dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	ch.result = obj
 	if err := a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), opts...); err != nil {
 		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.describe(), err))
 	}
@@ -199,6 +211,9 @@ func (a *applier) overwrite(ctx context.Context, obj *unstructured.Unstructured,
 			return a.ssa(ctx, obj, nil, true, ch)
 		}
 		return ch.failed(fmt.Errorf("reading %s: %w", ch.Item.id.describe(), err))
+	}
+	if a.dryRun {
+		return a.replaceDryRun(ctx, obj, live, ch)
 	}
 	if err := a.takeOverFields(ctx, live, obj.GetAPIVersion()); err != nil {
 		return ch.failed(fmt.Errorf("taking over the fields of %s: %w", ch.Item.id.describe(), err))
@@ -240,7 +255,7 @@ func (a *applier) takeOverFields(ctx context.Context, live *unstructured.Unstruc
 			kept = append(kept, e)
 			continue
 		}
-		if e.Manager != FieldManager || e.Operation != metav1.ManagedFieldsOperationApply {
+		if e.Manager != a.fieldManager() || e.Operation != metav1.ManagedFieldsOperationApply {
 			foreign = true
 		}
 		set := &fieldpath.Set{}
@@ -258,7 +273,7 @@ func (a *applier) takeOverFields(ctx context.Context, live *unstructured.Unstruc
 	}
 	now := metav1.NewTime(time.Now().UTC())
 	fields := append(kept, metav1.ManagedFieldsEntry{
-		Manager:    FieldManager,
+		Manager:    a.fieldManager(),
 		Operation:  metav1.ManagedFieldsOperationApply,
 		APIVersion: apiVersion,
 		Time:       &now,

@@ -9,6 +9,16 @@
 // everything the API server decides (conflicts, ownership, defaults) is
 // left to the API server.
 //
+// Targets go to this cluster or to remote ones (clusters.go): a client per
+// kubeconfig Secret, cached and rebuilt when the Secret changes, with short
+// request timeouts; a cluster that is unreachable or refuses its
+// credentials fails only its own targets, which are retried with backoff.
+// Remote objects are not watched for drift: they are checked at every
+// resync (spec.interval, or any other trigger) instead. A deleted
+// ManifestSync waits at most Options.DeletionTimeout for its objects to go.
+// With spec.serviceAccountName, every in-cluster read of a target object or
+// object source, and every write, impersonates that account (tenancy.go).
+//
 // It is the only layer, with the git provider, that talks to a cluster;
 // lang, stdlib and engine must never import it.
 package controller

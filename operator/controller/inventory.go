@@ -54,6 +54,23 @@ type inventoryItem struct {
 	id      objectID
 	version string
 	target  string
+	cluster string // "" for this cluster, else "<kubeconfig secret>/<key>"
+}
+
+// describe names the object in messages, with its cluster when remote:
+// `Secret web/tls in cluster "prod-eu"`.
+func (it inventoryItem) describe() string {
+	if it.cluster == "" {
+		return it.id.describe()
+	}
+	name, _, _ := strings.Cut(it.cluster, "/")
+	return fmt.Sprintf("%s in cluster %q", it.id.describe(), name)
+}
+
+// clusterObject is an object of one cluster.
+type clusterObject struct {
+	cluster string // as inventoryItem.cluster
+	id      objectID
 }
 
 func (it inventoryItem) gvk() schema.GroupVersionKind {
@@ -61,7 +78,7 @@ func (it inventoryItem) gvk() schema.GroupVersionKind {
 }
 
 func (it inventoryItem) entry() v1alpha1.InventoryEntry {
-	return v1alpha1.InventoryEntry{ID: it.id.String(), Version: it.version, Target: it.target}
+	return v1alpha1.InventoryEntry{ID: it.id.String(), Version: it.version, Target: it.target, Cluster: it.cluster}
 }
 
 func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
@@ -77,7 +94,7 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 		if err != nil || e.Version == "" {
 			continue
 		}
-		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target})
+		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster})
 	}
 	return items
 }
@@ -86,9 +103,11 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 // without duplicates.
 func inventoryEntries(items []inventoryItem) []v1alpha1.InventoryEntry {
 	slices.SortFunc(items, func(a, b inventoryItem) int {
-		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.id.String(), b.id.String()))
+		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.id.String(), b.id.String()))
 	})
-	items = slices.CompactFunc(items, func(a, b inventoryItem) bool { return a.target == b.target && a.id == b.id })
+	items = slices.CompactFunc(items, func(a, b inventoryItem) bool {
+		return a.target == b.target && a.cluster == b.cluster && a.id == b.id
+	})
 	if len(items) == 0 {
 		return nil
 	}

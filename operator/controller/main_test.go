@@ -48,7 +48,7 @@ func (f fakeRepos) Fetch(_ context.Context, _ *v1alpha1.ManifestSync, src *v1alp
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, startOperator))
+	os.Exit(testenv.Run(m, &env, startRemote, startOperator))
 }
 
 // startOperator runs the controller manager against env, as `engine
@@ -72,7 +72,11 @@ func startOperator(e *testenv.Env) (func(), error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	reconciler = &Reconciler{
-		Options: Options{RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second},
+		Options: Options{
+			RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
+			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
+			Evaluator: evaluators,
+		},
 		Sources: repos,
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +28,7 @@ type pruneResult struct {
 // inventory, so that nothing is lost while it is broken.
 func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome) pruneResult {
 	var res pruneResult
-	desired := map[objectID]bool{}
+	desired := map[clusterObject]bool{}
 	done := map[string]bool{}    // targets that synced completely
 	present := map[string]bool{} // targets of this evaluation
 	for _, o := range outcomes {
@@ -36,27 +37,39 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		if o.ok() {
 			done[id] = true
 		}
+		ref := clusterRefOf(ms, o.target)
 		for _, obj := range o.target.Objects {
-			desired[idOf(obj)] = true
+			desired[clusterObject{ref, idOf(obj)}] = true
 		}
 		res.inventory = append(res.inventory, o.owned()...)
 	}
 	var errs []error
+	clusters := clusterMemo{r: r, ms: ms}
 	for _, it := range parseInventory(ms.Status.Inventory) {
 		if present[it.target] && !done[it.target] {
 			res.inventory = append(res.inventory, it) // keep until the target syncs
 			continue
 		}
-		if desired[it.id] {
+		if desired[clusterObject{it.cluster, it.id}] {
 			continue // still wanted (maybe by another target)
 		}
 		if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {
 			continue // forgotten, not deleted
 		}
-		deleted, err := r.deleteObject(ctx, ms, it)
+		c, err := clusters.get(ctx, it.cluster)
+		deleted := false
+		if err == nil {
+			deleted, err = r.deleteObject(ctx, ms, c, it)
+			if why := clusterFailure(err); why != "" {
+				err = fmt.Errorf("cluster %q: %s: %w", c.name, why, err)
+				clusters.fail(it.cluster, err)
+			}
+		}
 		switch {
 		case err != nil:
-			errs = append(errs, err)
+			if !slices.Contains(errs, err) { // a cluster's failure, once
+				errs = append(errs, err)
+			}
 			res.inventory = append(res.inventory, it) // retried next time
 		case deleted:
 			res.pruned = append(res.pruned, it.id)
@@ -69,8 +82,8 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 // deleteObject deletes an inventory object unless it is gone, no longer
 // ours (someone took it over by removing our label), or marked with
 // PruneAnnotation; it reports whether it deleted it.
-func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) (bool, error) {
-	obj, err := r.ownedObject(ctx, ms, it)
+func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (bool, error) {
+	obj, err := r.ownedObject(ctx, ms, c, it)
 	if obj == nil || err != nil {
 		return false, err
 	}
@@ -78,7 +91,7 @@ func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync
 		return false, nil
 	}
 	uid := obj.UID
-	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+	if err := c.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return false, nil // gone, or replaced by another object
 		}
@@ -89,13 +102,13 @@ func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync
 
 // orphanObject removes our label and digest annotation from an inventory
 // object, leaving it otherwise as it is.
-func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) error {
-	obj, err := r.ownedObject(ctx, ms, it)
+func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) error {
+	obj, err := r.ownedObject(ctx, ms, c, it)
 	if obj == nil || err != nil {
 		return err
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
-	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("orphaning %s: %w", it.id.describe(), err)
 	}
 	return nil
@@ -104,16 +117,16 @@ func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync
 // ownedObject reads the metadata of an inventory object from the API
 // server; nil when it is gone, its kind is no longer served, or it is no
 // longer ours.
-func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync, it inventoryItem) (*metav1.PartialObjectMetadata, error) {
+func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (*metav1.PartialObjectMetadata, error) {
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(it.gvk())
-	if err := r.APIReader.Get(ctx, it.id.key(), obj); err != nil {
+	if err := c.live.Get(ctx, it.id.key(), obj); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading %s: %w", it.id.describe(), err)
 	}
-	if obj.Labels[OwnerLabel] != ownerValue(ms) {
+	if obj.Labels[OwnerLabel] != r.Options.owner(ms) {
 		return nil, nil
 	}
 	return obj, nil

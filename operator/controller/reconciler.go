@@ -33,9 +33,36 @@ type Options struct {
 	TargetWorkers int
 	// Limits bound every transform; zero fields take the engine's defaults.
 	Limits lstar.Limits
+	// Evaluator runs the evaluations; nil evaluates in this process.
+	Evaluator Evaluator
 	// RetryMin and RetryMax bound the exponential backoff after a failed
 	// sync; default 1s and 5m.
 	RetryMin, RetryMax time.Duration
+	// InstanceID, when set, tells this operator's objects and fields from
+	// those of other operators writing to the same clusters (see
+	// labels.go); see ValidateInstanceID for what it may be.
+	InstanceID string
+	// RemoteTimeout bounds every request to a remote cluster, so that an
+	// unreachable one fails its targets without stalling the others;
+	// default 10s.
+	RemoteTimeout time.Duration
+	// DeletionTimeout is how long a deleted ManifestSync waits for its
+	// objects to be pruned or orphaned (a remote cluster may be
+	// unreachable) before its finalizer is removed anyway, with a Warning
+	// event naming what was left behind; default 5m.
+	DeletionTimeout time.Duration
+	// RequireServiceAccount fails every ManifestSync without
+	// spec.serviceAccountName, so that no tenant writes with the
+	// operator's own permissions (see tenancy.go).
+	RequireServiceAccount bool
+}
+
+func (o Options) remoteTimeout() time.Duration {
+	return orDefault(o.RemoteTimeout, 10*time.Second)
+}
+
+func (o Options) deletionTimeout() time.Duration {
+	return orDefault(o.DeletionTimeout, 5*time.Minute)
 }
 
 func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
@@ -67,9 +94,11 @@ type Reconciler struct {
 	Sources Sources
 	Options Options
 
-	managed client.Reader // the metadata cache of owned objects
-	watches *watches
-	states  states
+	managed  client.Reader // the metadata cache of owned objects
+	watches  *watches
+	states   states
+	remotes  *remotes  // a client per remote cluster
+	accounts *accounts // a client per impersonated service account
 }
 
 // The permissions of the reconciler's own kinds. Target objects can be of
@@ -120,6 +149,9 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	orig := ms.DeepCopy()
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 
+	if err := r.checkTenancy(ms); err != nil {
+		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
+	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now)
@@ -233,7 +265,7 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 	if st.eval != nil && st.eval.key.equal(key) {
 		return st.eval.result, nil
 	}
-	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	res, err := r.Options.evaluator().Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
 	if err == nil && res.Err() == nil {
 		st.eval = &lastEval{key: key, result: res}
 	}
@@ -305,42 +337,49 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 
 // finalize handles a deleted ManifestSync: its objects are pruned
 // (deletion Delete; those that opt out of pruning are orphaned) or orphaned
-// (Orphan), then the finalizer is removed.
+// (Orphan), then the finalizer is removed. When some cannot be (a remote
+// cluster is unreachable, an account lost its rights), finalize fails and
+// is retried, until Options.DeletionTimeout after the deletion: then the
+// finalizer is removed anyway, with a Warning event naming what was left.
 func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) error {
 	if !controllerutil.ContainsFinalizer(ms, Finalizer) {
 		return nil
 	}
 	var (
-		errs   []error
-		pruned []string
+		errs         []error
+		pruned, left []string
 	)
+	clusters := clusterMemo{r: r, ms: ms}
 	for _, it := range parseInventory(ms.Status.Inventory) {
-		if ms.Spec.Policy.Deletion == v1alpha1.DeletionOrphan {
-			if err := r.orphanObject(ctx, ms, it); err != nil {
-				errs = append(errs, err)
-			}
-			continue
+		c, err := clusters.get(ctx, it.cluster)
+		if err == nil {
+			err = r.finalizeObject(ctx, ms, c, it, &pruned)
 		}
-		deleted, err := r.deleteObject(ctx, ms, it)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case deleted:
-			pruned = append(pruned, it.id.describe())
-		default:
-			// Kept (pruning disabled): it must not name a ManifestSync
-			// that is gone.
-			if err := r.orphanObject(ctx, ms, it); err != nil {
+		if err != nil {
+			if c != nil && clusterFailure(err) != "" {
+				err = fmt.Errorf("cluster %q: %s: %w", c.name, clusterFailure(err), err)
+				clusters.fail(it.cluster, err) // its other objects are left at once
+			}
+			if !slices.Contains(errs, err) { // a cluster's failure, once
 				errs = append(errs, err)
 			}
+			left = append(left, it.describe())
 		}
 	}
 	if len(pruned) > 0 {
 		r.event(ms, false, EventPruned, "Delete", fmt.Sprintf("Pruned %d objects: %s", len(pruned), strings.Join(pruned, ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
-		r.event(ms, true, EventSyncFailed, "Delete", err.Error())
-		return err
+		timeout := r.Options.deletionTimeout()
+		if time.Since(ms.DeletionTimestamp.Time) < timeout {
+			r.event(ms, true, EventSyncFailed, "Delete", err.Error())
+			return err
+		}
+		// Its own action: events of one reason and action are one series,
+		// whose note would stay the first failure's.
+		r.event(ms, true, EventSyncFailed, "RemoveFinalizer", fmt.Sprintf("Removed the finalizer after %s, leaving behind %d objects: %s (%v)",
+			timeout, len(left), strings.Join(left, ", "), err))
+		ctrl.LoggerFrom(ctx).Info("deletion timed out; objects left behind", "objects", left, "timeout", timeout.String())
 	}
 	orig := ms.DeepCopy()
 	controllerutil.RemoveFinalizer(ms, Finalizer)
@@ -348,4 +387,23 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		return fmt.Errorf("removing the finalizer: %w", err)
 	}
 	return nil
+}
+
+// finalizeObject deletes or orphans one inventory object, per
+// spec.policy.deletion, adding it to pruned when it deleted it.
+func (r *Reconciler) finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem, pruned *[]string) error {
+	if ms.Spec.Policy.Deletion == v1alpha1.DeletionOrphan {
+		return r.orphanObject(ctx, ms, c, it)
+	}
+	deleted, err := r.deleteObject(ctx, ms, c, it)
+	switch {
+	case err != nil:
+		return err
+	case deleted:
+		*pruned = append(*pruned, it.describe())
+		return nil
+	}
+	// Kept (pruning disabled): it must not name a ManifestSync that is
+	// gone.
+	return r.orphanObject(ctx, ms, c, it)
 }

@@ -109,9 +109,15 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 			return snap, nil
 		}
 	}
+	// The body is read as the ManifestSync's service account, if any: a
+	// tenant reads only what its account may.
+	reader, err := r.reader(ms)
+	if err != nil {
+		return nil, err
+	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(ref.gvk)
-	if err := r.APIReader.Get(ctx, key, obj); err != nil {
+	if err := reader.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%s not found", ref)
 		}

@@ -40,7 +40,7 @@ func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	switch reason {
 	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed:
 		retrying = true
-	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict:
+	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired:
 		stalled = true
 	}
 	for _, c := range []struct {

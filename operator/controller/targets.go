@@ -99,7 +99,7 @@ func (o *targetOutcome) owned() []inventoryItem {
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others.
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
-	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: ownerValue(ms), policy: ms.Spec.Policy.Resources}
+	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(), policy: ms.Spec.Policy.Resources}
 	out := make([]*targetOutcome, len(res.Targets))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -129,25 +129,39 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 // they were left (steady state), or only the objects that drifted.
 func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, revision string, t *engine.TargetResult, rec *targetRecord) *targetOutcome {
 	out := &targetOutcome{target: t}
-	if t.Cluster != "in-cluster" {
-		out.err = fmt.Errorf("target %q: cluster %q: remote clusters are not wired yet", t.ID(), t.Cluster)
-		return out
-	}
-	if err := r.checkNamespace(ctx, t); err != nil {
+	c, err := r.clusterOf(ctx, ms, t)
+	if err != nil {
 		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
 		return out
 	}
+	a = c.applier(a)
+	if err := checkNamespace(ctx, c, t); err != nil {
+		out.err = c.targetError(t, err)
+		return out
+	}
+	// Remote clusters' objects are not watched: their drift is found at
+	// each resync (spec.interval, or any other trigger).
 	for _, gvk := range kindsOf(t.Objects) {
+		if c.remote {
+			break
+		}
 		if err := r.watches.managed(ctx, gvk); err != nil {
 			out.err = fmt.Errorf("target %q: %s: %w", t.ID(), gvk.Kind, err)
 			return out
 		}
 	}
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
-		return r.checkDrift(ctx, ms, a, t, rec, out)
+		return r.checkDrift(ctx, ms, c, a, t, rec, out)
 	}
 	for i, obj := range t.Objects {
-		out.changes = append(out.changes, a.apply(ctx, obj, t.Digests[i], t.ID()))
+		ch := c.apply(ctx, a, obj, t.Digests[i], t.ID())
+		if c.down(ch.Err) {
+			// The cluster is unreachable or refuses us: the other
+			// objects would fail the same way, each after a timeout.
+			out.changes, out.err = nil, c.targetError(t, ch.Err)
+			return out
+		}
+		out.changes = append(out.changes, ch)
 	}
 	if out.ok() {
 		out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
@@ -167,16 +181,16 @@ func newRecord(revision string, generation int64, digest string, changes []Chang
 // when none changed the target is steady and nothing is sent. A difference
 // is confirmed with the API server (the cache may lag behind our own
 // writes), then corrected, reported or ignored per spec.policy.drift.
-func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, t *engine.TargetResult, rec *targetRecord, out *targetOutcome) *targetOutcome {
+func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a *applier, t *engine.TargetResult, rec *targetRecord, out *targetOutcome) *targetOutcome {
 	var drifted []int // indexes into rec.objects
 	live := map[int]string{}
 	for i, o := range rec.objects {
 		if o.resourceVersion == "" {
 			continue
 		}
-		rv, err := r.currentVersion(ctx, o)
+		rv, err := currentVersion(ctx, c, o)
 		if err != nil {
-			out.err = fmt.Errorf("target %q: %w", t.ID(), err)
+			out.err = c.targetError(t, err)
 			return out
 		}
 		if rv != o.resourceVersion {
@@ -217,7 +231,11 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		if !ok {
 			continue
 		}
-		ch := a.apply(ctx, t.Objects[j], t.Digests[j], t.ID())
+		ch := c.apply(ctx, a, t.Objects[j], t.Digests[j], t.ID())
+		if c.down(ch.Err) {
+			out.changes, out.err = nil, c.targetError(t, ch.Err)
+			return out
+		}
 		out.changes = append(out.changes, ch)
 		next.objects[i].resourceVersion = ch.ResourceVersion
 	}
@@ -231,17 +249,17 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 // currentVersion is the object's resourceVersion as the managed cache has
 // it or, when that differs from the one recorded, as the API server has
 // it; "" when the object is gone or no longer ours.
-func (r *Reconciler) currentVersion(ctx context.Context, o appliedObject) (string, error) {
+func currentVersion(ctx context.Context, c *cluster, o appliedObject) (string, error) {
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(o.item.gvk())
-	err := r.managed.Get(ctx, o.item.id.key(), meta)
+	err := c.managed.Get(ctx, o.item.id.key(), meta)
 	if err == nil && meta.ResourceVersion == o.resourceVersion {
 		return meta.ResourceVersion, nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("reading %s from the cache: %w", o.item.id.describe(), err)
 	}
-	if err := r.APIReader.Get(ctx, o.item.id.key(), meta); err != nil {
+	if err := c.live.Get(ctx, o.item.id.key(), meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}
@@ -253,7 +271,7 @@ func (r *Reconciler) currentVersion(ctx context.Context, o appliedObject) (strin
 // checkNamespace fails a target whose namespace does not exist (unless
 // the target creates it): the target's objects cannot be applied, and the
 // namespace watch syncs it as soon as the namespace appears.
-func (r *Reconciler) checkNamespace(ctx context.Context, t *engine.TargetResult) error {
+func checkNamespace(ctx context.Context, c *cluster, t *engine.TargetResult) error {
 	if t.Namespace == "" {
 		return nil
 	}
@@ -269,7 +287,7 @@ func (r *Reconciler) checkNamespace(ctx context.Context, t *engine.TargetResult)
 	}
 	ns := &metav1.PartialObjectMetadata{}
 	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: t.Namespace}, ns); err != nil {
+	if err := c.namespaces.Get(ctx, client.ObjectKey{Name: t.Namespace}, ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("namespace %q not found", t.Namespace)
 		}

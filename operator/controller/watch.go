@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +42,9 @@ const (
 // controller, its indexes and watches, and a metadata cache of the objects
 // it manages (only those carrying OwnerLabel).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := ValidateInstanceID(r.Options.InstanceID); err != nil {
+		return err
+	}
 	RegisterMetrics()
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -54,7 +56,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.Mapper = mgr.GetRESTMapper()
 	}
 	if r.Recorder == nil {
-		r.Recorder = mgr.GetEventRecorder(FieldManager)
+		r.Recorder = mgr.GetEventRecorder(r.Options.fieldManager())
 	}
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &v1alpha1.ManifestSync{}, indexSources, func(o client.Object) []string {
@@ -105,9 +107,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		managedCache: managed,
 		mapper:       mgr.GetRESTMapper(),
 		forSource:    r.forSource,
+		forOwner:     r.Options.ownerRequests,
 		started:      map[watchKey]bool{},
 	}
-	return nil
+	return r.setupClusters(ctx, mgr)
 }
 
 // cacheRunnable makes the manager start a cache with its own, before the
@@ -176,15 +179,6 @@ func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.
 	return reqs
 }
 
-// forOwner maps a managed object to the ManifestSync of its OwnerLabel.
-func forOwner(_ context.Context, obj client.Object) []reconcile.Request {
-	ns, name, ok := strings.Cut(obj.GetLabels()[OwnerLabel], ".")
-	if !ok || ns == "" || name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
-}
-
 // watches starts, once per kind and on first use, the metadata-only
 // watches the controller needs beyond its static ones: the kinds of object
 // sources (in the manager's cache) and the kinds of managed objects (in
@@ -195,6 +189,7 @@ type watches struct {
 	managedCache cache.Cache
 	mapper       apimeta.RESTMapper
 	forSource    func(schema.GroupVersionKind) handler.MapFunc
+	forOwner     handler.MapFunc // the ManifestSync of one of our objects
 
 	mu      sync.Mutex
 	started map[watchKey]bool
@@ -212,7 +207,7 @@ func (w *watches) source(ctx context.Context, gvk schema.GroupVersionKind) error
 
 // managed watches our objects of kind gvk, for drift.
 func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) error {
-	return w.start(ctx, watchKey{gvk: gvk, managed: true}, w.managedCache, handler.EnqueueRequestsFromMapFunc(forOwner))
+	return w.start(ctx, watchKey{gvk: gvk, managed: true}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner))
 }
 
 func (w *watches) start(_ context.Context, key watchKey, c cache.Cache, h handler.EventHandler) error {

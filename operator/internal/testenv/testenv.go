@@ -41,7 +41,8 @@ type Env struct {
 	// Client is an uncached client of Config.
 	Client client.Client
 
-	env *envtest.Environment
+	env     *envtest.Environment
+	certDir string // the API server's, kept across restarts
 }
 
 // Setup runs once the environment is up, before the tests, and returns
@@ -113,6 +114,13 @@ func Start() (*Env, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	// The API server's certificates live in a directory of ours, so that
+	// StopAPIServer and StartAPIServer keep them: clients (and kubeconfigs
+	// made by Kubeconfig) stay valid across a restart.
+	certDir, err := os.MkdirTemp("", "testenv-apiserver-")
+	if err != nil {
+		return nil, err
+	}
 	te := &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
 		CRDDirectoryPaths:        []string{filepath.Join(root, "operator", "config", "crd", "bases")},
@@ -121,8 +129,10 @@ func Start() (*Env, error) {
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	te.ControlPlane.GetAPIServer().CertDir = certDir
 	cfg, err := te.Start()
 	if err != nil {
+		_ = os.RemoveAll(certDir)
 		return nil, fmt.Errorf("starting envtest with the assets in %s: %w", assets, err)
 	}
 	// Tests make many requests quickly; client-side throttling would
@@ -131,14 +141,39 @@ func Start() (*Env, error) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		_ = te.Stop()
+		_ = os.RemoveAll(certDir)
 		return nil, err
 	}
-	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te}, nil
+	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te, certDir: certDir}, nil
 }
 
 // Stop stops the API server and etcd.
 func (e *Env) Stop() error {
-	return e.env.Stop()
+	err := e.env.Stop()
+	return errors.Join(err, os.RemoveAll(e.certDir))
+}
+
+// StopAPIServer stops only the kube-apiserver, leaving etcd running, so
+// that the cluster looks unreachable until StartAPIServer.
+func (e *Env) StopAPIServer() error {
+	return e.env.ControlPlane.APIServer.Stop()
+}
+
+// StartAPIServer starts the kube-apiserver StopAPIServer stopped, on the
+// same address, certificates and etcd: the cluster is back as it was.
+func (e *Env) StartAPIServer() error {
+	return e.env.ControlPlane.APIServer.Start()
+}
+
+// Kubeconfig returns a kubeconfig of a new user in the group
+// system:masters, for a client that reaches this API server as a remote
+// cluster.
+func (e *Env) Kubeconfig(user string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.KubeConfig()
 }
 
 // Namespace creates a namespace with a random name for one test. It is

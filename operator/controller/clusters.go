@@ -1,0 +1,368 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// inCluster is the cluster of the targets without spec.targets[].cluster,
+// as the engine names it.
+const inCluster = "in-cluster"
+
+// indexKubeConfigs indexes ManifestSyncs by the kubeconfig Secrets of their
+// remote targets, "namespace/name".
+const indexKubeConfigs = "manifestsync.dev/kubeconfig-secrets"
+
+// defaultKubeConfigKey is the key of a kubeConfigSecretRef without one.
+const defaultKubeConfigKey = "value"
+
+// cluster is where one target's objects go, and the clients that reach
+// them: this cluster (as the operator, or as the ManifestSync's service
+// account) or a remote one (with the credentials of its kubeconfig).
+type cluster struct {
+	// name names the cluster in messages and status rows: "in-cluster" or
+	// the kubeconfig Secret's name.
+	name string
+	// ref is the cluster as the inventory records it: "" or
+	// "<secret>/<key>".
+	ref string
+	// client writes; live reads target objects from the API server.
+	client client.Client
+	live   client.Reader
+	// managed is the metadata cache of owned objects; remote clusters
+	// have none, so their drift is found at each resync, not watched.
+	managed client.Reader
+	// namespaces reads the target namespaces' metadata.
+	namespaces client.Reader
+	remote     bool
+}
+
+// applier returns base's applier writing to c.
+func (c *cluster) applier(base *applier) *applier {
+	a := *base
+	a.client, a.live, a.managed = c.client, c.live, c.managed
+	return &a
+}
+
+// apply applies one object of target with a, recording the cluster in its
+// inventory item and, for a remote cluster, naming it in its error.
+func (c *cluster) apply(ctx context.Context, a *applier, obj *unstructured.Unstructured, digest, target string) Change {
+	ch := a.apply(ctx, obj, digest, target)
+	ch.Item.cluster = c.ref
+	if c.remote && ch.Err != nil && !c.down(ch.Err) {
+		ch.Err = fmt.Errorf("cluster %q: %w", c.name, ch.Err)
+	}
+	return ch
+}
+
+// down reports whether err, of a request to c, means that c cannot be
+// used at all; only remote clusters go down on their own.
+func (c *cluster) down(err error) bool {
+	return c.remote && clusterFailure(err) != ""
+}
+
+// targetError is err of target t, naming c when it is remote and saying
+// when it is down.
+func (c *cluster) targetError(t *engine.TargetResult, err error) error {
+	switch {
+	case !c.remote:
+		return fmt.Errorf("target %q: %w", t.ID(), err)
+	case c.down(err):
+		return fmt.Errorf("target %q: cluster %q: %s: %w", t.ID(), c.name, clusterFailure(err), err)
+	}
+	return fmt.Errorf("target %q: cluster %q: %w", t.ID(), c.name, err)
+}
+
+// clusterOf is the cluster of an evaluated target.
+func (r *Reconciler) clusterOf(ctx context.Context, ms *v1alpha1.ManifestSync, t *engine.TargetResult) (*cluster, error) {
+	for i := range ms.Spec.Targets {
+		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
+			return r.remoteCluster(ctx, ms, st.Cluster.KubeConfigSecretRef)
+		}
+	}
+	return r.localCluster(ms)
+}
+
+// clusterByRef is the cluster of an inventory entry.
+func (r *Reconciler) clusterByRef(ctx context.Context, ms *v1alpha1.ManifestSync, ref string) (*cluster, error) {
+	if ref == "" {
+		return r.localCluster(ms)
+	}
+	name, key, _ := strings.Cut(ref, "/")
+	return r.remoteCluster(ctx, ms, v1alpha1.SecretKeyReference{Name: name, Key: key})
+}
+
+// remoteCluster is the cluster whose kubeconfig the Secret of ms's
+// namespace holds.
+func (r *Reconciler) remoteCluster(ctx context.Context, ms *v1alpha1.ManifestSync, ref v1alpha1.SecretKeyReference) (*cluster, error) {
+	key := ref.Key
+	if key == "" {
+		key = defaultKubeConfigKey
+	}
+	c, err := r.remotes.get(ctx, kubeConfigRef{namespace: ms.Namespace, name: ref.Name, key: key})
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", ref.Name, err)
+	}
+	return &cluster{
+		name: ref.Name, ref: ref.Name + "/" + key, remote: true,
+		client: c, live: c, managed: noCache{}, namespaces: c,
+	}, nil
+}
+
+// noCache is the managed cache of a remote cluster: it holds nothing, so
+// that every read goes to the API server.
+type noCache struct{}
+
+func (noCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+}
+
+func (noCache) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("remote clusters have no cache")
+}
+
+// clusterFailure says why a request's error means the whole cluster
+// cannot be used: it does not answer ("unreachable") or refuses our
+// credentials ("unauthorized"); "" for errors of one object.
+func clusterFailure(err error) string {
+	var status apierrors.APIStatus
+	switch {
+	case err == nil, apimeta.IsNoMatchError(err), errors.Is(err, context.Canceled):
+		return ""
+	case apierrors.IsUnauthorized(err):
+		return "unauthorized"
+	case errors.As(err, &status):
+		return ""
+	}
+	return "unreachable"
+}
+
+// kubeConfigRef is a kubeconfig: a key of a Secret.
+type kubeConfigRef struct{ namespace, name, key string }
+
+// remotes builds and caches a client per kubeconfig Secret, rebuilt when
+// the Secret changes. Secrets are watched (their metadata only, from the
+// first remote target on) so that a changed kubeconfig resyncs the
+// ManifestSyncs that use it.
+type remotes struct {
+	meta    client.Reader // Secret metadata, from the manager's cache
+	bodies  client.Reader // Secret bodies, from the API server
+	scheme  *runtime.Scheme
+	timeout time.Duration
+	// watch starts the watch of Secrets; called until it succeeds.
+	watch func() error
+
+	mu       sync.Mutex
+	watching bool
+	clients  map[kubeConfigRef]*remoteClient
+}
+
+type remoteClient struct {
+	resourceVersion string // the Secret's, when the client was built
+	client          client.Client
+}
+
+// get returns the client of the kubeconfig ref, building it when the
+// Secret is new or changed.
+func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (client.Client, error) {
+	if err := rs.startWatch(); err != nil {
+		return nil, fmt.Errorf("watching kubeconfig Secrets: %w", err)
+	}
+	key := client.ObjectKey{Namespace: ref.namespace, Name: ref.name}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	err := rs.meta.Get(ctx, key, meta)
+	rs.mu.Lock()
+	cached := rs.clients[ref]
+	rs.mu.Unlock()
+	if err == nil && cached != nil && cached.resourceVersion == meta.ResourceVersion {
+		return cached.client, nil
+	}
+	secret := &corev1.Secret{}
+	if err := rs.bodies.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			rs.forget(ref)
+			return nil, fmt.Errorf("kubeconfig Secret %q not found", ref.name)
+		}
+		return nil, fmt.Errorf("reading kubeconfig Secret %q: %w", ref.name, err)
+	}
+	if cached != nil && cached.resourceVersion == secret.ResourceVersion {
+		return cached.client, nil // the cache lags behind
+	}
+	c, err := rs.build(secret.Data[ref.key])
+	if err != nil {
+		rs.forget(ref)
+		return nil, fmt.Errorf("kubeconfig Secret %q, key %q: %w", ref.name, ref.key, err)
+	}
+	rs.mu.Lock()
+	rs.clients[ref] = &remoteClient{resourceVersion: secret.ResourceVersion, client: c}
+	rs.mu.Unlock()
+	return c, nil
+}
+
+func (rs *remotes) forget(ref kubeConfigRef) {
+	rs.mu.Lock()
+	delete(rs.clients, ref)
+	rs.mu.Unlock()
+}
+
+func (rs *remotes) startWatch() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.watching || rs.watch == nil {
+		return nil
+	}
+	if err := rs.watch(); err != nil {
+		return err
+	}
+	rs.watching = true
+	return nil
+}
+
+// build makes a client from a kubeconfig. Requests time out quickly, so
+// that an unreachable cluster fails its targets instead of stalling the
+// reconcile. A kubeconfig may not name files or run programs: those would
+// run, or read, on the operator's machine with the operator's rights.
+func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
+	if len(kubeconfig) == 0 {
+		return nil, errors.New("no kubeconfig")
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.ExecProvider != nil, cfg.AuthProvider != nil:
+		return nil, errors.New("kubeconfig runs a credential plugin; only inline credentials are allowed")
+	case cfg.CertFile != "", cfg.KeyFile != "", cfg.CAFile != "", cfg.BearerTokenFile != "":
+		return nil, errors.New("kubeconfig names files; only inline credentials and certificates are allowed")
+	}
+	cfg.Timeout = rs.timeout
+	cfg.QPS, cfg.Burst = 100, 200
+	cfg.UserAgent = FieldManager + "-operator"
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: rs.scheme, Mapper: mapper, HTTPClient: hc})
+}
+
+// setupClusters prepares remote clusters and tenancy: the clients' caches,
+// the index of kubeconfig Secrets, and the watch of Secrets (started on
+// first use, so that an operator without remote targets watches none).
+func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexKubeConfigs, func(o client.Object) []string {
+		return kubeConfigKeys(o.(*v1alpha1.ManifestSync))
+	}); err != nil {
+		return err
+	}
+	r.accounts = &accounts{config: mgr.GetConfig(), scheme: mgr.GetScheme(), mapper: r.Mapper, clients: map[string]client.Client{}}
+	r.remotes = &remotes{
+		meta:    r.Client,
+		bodies:  r.APIReader,
+		scheme:  mgr.GetScheme(),
+		timeout: r.Options.remoteTimeout(),
+		clients: map[kubeConfigRef]*remoteClient{},
+		watch: func() error {
+			secret := &metav1.PartialObjectMetadata{}
+			secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+			return r.watches.ctrl.Watch(source.Kind[client.Object](r.watches.cache, secret,
+				handler.EnqueueRequestsFromMapFunc(r.forKubeConfig), predicate.ResourceVersionChangedPredicate{}))
+		},
+	}
+	return nil
+}
+
+// kubeConfigKeys are the index keys of ms's kubeconfig Secrets.
+func kubeConfigKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, t := range ms.Spec.Targets {
+		if t.Cluster != nil {
+			keys = append(keys, ms.Namespace+"/"+t.Cluster.KubeConfigSecretRef.Name)
+		}
+	}
+	return keys
+}
+
+// forKubeConfig maps a Secret to the ManifestSyncs using it as a kubeconfig.
+func (r *Reconciler) forKubeConfig(ctx context.Context, secret client.Object) []reconcile.Request {
+	return r.listBy(ctx, indexKubeConfigs, secret.GetNamespace()+"/"+secret.GetName())
+}
+
+// clusterRefOf is the cluster of an evaluated target as the inventory
+// records it.
+func clusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
+	for i := range ms.Spec.Targets {
+		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
+			key := st.Cluster.KubeConfigSecretRef.Key
+			if key == "" {
+				key = defaultKubeConfigKey
+			}
+			return st.Cluster.KubeConfigSecretRef.Name + "/" + key
+		}
+	}
+	return ""
+}
+
+// clusterMemo resolves the clusters of inventory entries, once each per
+// pass; a cluster that failed as a whole fails its other entries at once.
+type clusterMemo struct {
+	r        *Reconciler
+	ms       *v1alpha1.ManifestSync
+	clusters map[string]*cluster
+	errs     map[string]error
+}
+
+func (m *clusterMemo) get(ctx context.Context, ref string) (*cluster, error) {
+	if err := m.errs[ref]; err != nil {
+		return nil, err
+	}
+	if c := m.clusters[ref]; c != nil {
+		return c, nil
+	}
+	c, err := m.r.clusterByRef(ctx, m.ms, ref)
+	if err != nil {
+		m.fail(ref, err)
+		return nil, err
+	}
+	if m.clusters == nil {
+		m.clusters = map[string]*cluster{}
+	}
+	m.clusters[ref] = c
+	return c, nil
+}
+
+func (m *clusterMemo) fail(ref string, err error) {
+	if m.errs == nil {
+		m.errs = map[string]error{}
+	}
+	m.errs[ref] = err
+}

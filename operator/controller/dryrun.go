@@ -1,0 +1,309 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// ActionPruned is an object of the ManifestSync that no target wants any
+// more: a sync would delete it. Only DryRun reports it.
+const ActionPruned Action = "Pruned"
+
+// ObjectDiff is what a sync would do to one object, as a server-side dry
+// run through the reconciler's own applier says.
+type ObjectDiff struct {
+	// Target is the target's ID.
+	Target string
+	GVK    schema.GroupVersionKind
+	// Namespace and Name name the object.
+	Namespace, Name string
+	// Action is Created, Configured, Unchanged, Skipped (policy Keep),
+	// Conflict, Failed or Pruned. Configured means that the object as the
+	// apply would leave it differs from the live one.
+	Action Action
+	// Live is the object as it is, nil when there is none; Desired is as
+	// the apply would leave it, nil when it would not be applied (Skipped,
+	// Conflict, Failed, Pruned). Both are normalised for comparison (see
+	// NormalizeForDiff). Secret data is in them: mask it before showing.
+	Live, Desired *unstructured.Unstructured
+	// Err says why the object conflicts or would fail.
+	Err error
+}
+
+// Describe names the object in messages: "Secret web/tls".
+func (d ObjectDiff) Describe() string {
+	return objectID{Namespace: d.Namespace, Name: d.Name, Kind: d.GVK.Kind}.describe()
+}
+
+// Changes reports whether the object would change: created, configured,
+// pruned, or a conflict that the sync would report.
+func (d ObjectDiff) Changes() bool {
+	switch d.Action {
+	case ActionCreated, ActionConfigured, ActionPruned, ActionConflict:
+		return true
+	}
+	return false
+}
+
+// DryRun says what syncing ms would do to the cluster of c: every object of
+// the targets is applied as the reconciler applies it, under the same
+// resource policies, but as a server-side dry run, so that defaults,
+// conflicts and admission are the API server's own; objects that the sync
+// would prune are listed too. Nothing is written.
+//
+// targets are the evaluated targets (all of ms's or a subset), each of the
+// cluster of c. The objects to prune are those of the live ManifestSync's
+// inventory when it exists in the cluster, else those carrying its owner
+// label in the targets' namespaces, of the kinds being applied.
+//
+// opts are the operator's: its instance id decides the owner label and the
+// field manager; the rest is not used.
+//
+// An error means the cluster could not be read; an object that would fail
+// to apply is reported as Failed.
+func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
+	a := &applier{client: c, live: c, managed: c, owner: opts.owner(ms), manager: opts.fieldManager(), policy: ms.Spec.Policy.Resources, dryRun: true}
+	var (
+		out     []ObjectDiff
+		desired = map[objectID]bool{}
+		broken  = map[string]bool{} // targets that would not sync completely
+	)
+	for _, t := range targets {
+		if t.Err != nil {
+			return nil, fmt.Errorf("target %q: %w", t.ID(), t.Err)
+		}
+		created := map[objectID]bool{} // objects this target would create
+		for i, obj := range t.Objects {
+			desired[idOf(obj)] = true
+			d, err := dryRunObject(ctx, a, t, obj, t.Digests[i], created)
+			if err != nil {
+				return nil, err
+			}
+			if d.Action == ActionCreated {
+				created[idOf(obj)] = true
+			}
+			if d.Action == ActionFailed || d.Action == ActionConflict {
+				broken[t.ID()] = true
+			}
+			out = append(out, d)
+		}
+	}
+	if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {
+		return out, nil
+	}
+	candidates, err := pruneCandidates(ctx, c, ms, a.owner, targets)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range candidates {
+		if desired[it.id] || broken[it.target] {
+			continue // still wanted, or kept until its target syncs
+		}
+		live, err := getLive(ctx, c, it.gvk(), it.id.key())
+		if err != nil {
+			return nil, err
+		}
+		if live == nil || live.GetLabels()[OwnerLabel] != a.owner || live.GetAnnotations()[PruneAnnotation] == PruneDisabled {
+			continue
+		}
+		desired[it.id] = true // once, even if listed by several targets
+		out = append(out, ObjectDiff{
+			Target: it.target, GVK: it.gvk(), Namespace: it.id.Namespace, Name: it.id.Name,
+			Action: ActionPruned, Live: NormalizeForDiff(live),
+		})
+	}
+	return out, nil
+}
+
+// dryRunObject applies one object as a dry run and compares the result
+// with the live object. created are the objects of the target that would be
+// created before this one: an object in a namespace, or of a kind, that the
+// target creates cannot be dry-run (the namespace or CRD does not exist
+// yet), and is shown as it is sent.
+func dryRunObject(ctx context.Context, a *applier, t *engine.TargetResult, obj *unstructured.Unstructured, digest string, created map[objectID]bool) (ObjectDiff, error) {
+	id := idOf(obj)
+	d := ObjectDiff{Target: t.ID(), GVK: obj.GroupVersionKind(), Namespace: id.Namespace, Name: id.Name}
+	live, err := getLive(ctx, a.live, obj.GroupVersionKind(), id.key())
+	if err != nil {
+		return d, err
+	}
+	d.Live = NormalizeForDiff(live)
+	ch := a.apply(ctx, obj, digest, t.ID())
+	d.Action, d.Err = ch.Action, ch.Err
+	switch ch.Action {
+	case ActionFailed:
+		if live == nil && ch.result != nil && createdBefore(ch.Err, obj, t, created) {
+			d.Action, d.Err, d.Desired = ActionCreated, nil, NormalizeForDiff(ch.result)
+		}
+	case ActionConflict, ActionSkipped:
+	default:
+		if ch.result == nil { // kept as it is (policy Keep)
+			break
+		}
+		d.Desired = NormalizeForDiff(ch.result)
+		switch {
+		case live == nil:
+			d.Action = ActionCreated
+		case reflect.DeepEqual(d.Live.Object, d.Desired.Object):
+			d.Action = ActionUnchanged
+		default:
+			d.Action = ActionConfigured
+		}
+	}
+	return d, nil
+}
+
+// createdBefore reports whether err is the API server not knowing obj's
+// namespace or kind, which the target creates first.
+func createdBefore(err error, obj *unstructured.Unstructured, t *engine.TargetResult, created map[objectID]bool) bool {
+	switch {
+	case apierrors.IsNotFound(err) && obj.GetNamespace() != "":
+		return created[objectID{Name: obj.GetNamespace(), Kind: "Namespace"}]
+	case apimeta.IsNoMatchError(err):
+		gvk := obj.GroupVersionKind()
+		for _, o := range t.Objects {
+			id := idOf(o)
+			if id.Kind != "CustomResourceDefinition" || id.Group != "apiextensions.k8s.io" || !created[id] {
+				continue
+			}
+			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+			if group == gvk.Group && kind == gvk.Kind {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// replaceDryRun is policy Overwrite as a dry run. Taking over the fields
+// of other managers cannot be dry-run together with the apply that
+// follows, so the object is replaced (a dry-run update), which leaves it
+// as the two would: exactly obj, with the API server's defaults. A change
+// refused as immutable would recreate the object as obj.
+func (a *applier) replaceDryRun(ctx context.Context, obj, live *unstructured.Unstructured, ch Change) Change {
+	put := obj.DeepCopy()
+	put.SetResourceVersion(live.GetResourceVersion())
+	ch.result = put
+	err := a.client.Update(ctx, put, client.DryRunAll, client.FieldOwner(a.fieldManager()))
+	switch {
+	case err == nil:
+		ch.Action, ch.ResourceVersion = ActionConfigured, put.GetResourceVersion()
+	case immutable(err):
+		ch.Action, ch.result = ActionConfigured, obj // recreated
+	default:
+		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.describe(), err))
+	}
+	return ch
+}
+
+// getLive reads an object from the API server; nil when it does not exist
+// or its kind is not served.
+func getLive(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, key client.ObjectKey) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	if err := r.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, key, err)
+	}
+	return obj, nil
+}
+
+// pruneCandidates are the objects a sync of targets might prune: the live
+// ManifestSync's inventory (only the evaluated targets' entries when
+// targets are a subset), or, when it is not in the cluster, the objects
+// carrying its owner label in the targets' namespaces, of the kinds the
+// targets apply.
+func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, owner string, targets []*engine.TargetResult) ([]inventoryItem, error) {
+	live := &v1alpha1.ManifestSync{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(ms), live)
+	switch {
+	case err == nil:
+		return inventoryOf(live, ms, targets), nil
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+	default:
+		return nil, fmt.Errorf("reading ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)
+	}
+	var items []inventoryItem
+	for _, t := range targets {
+		for _, gvk := range kindsOf(t.Objects) {
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			opts := []client.ListOption{client.MatchingLabels{OwnerLabel: owner}}
+			if t.Namespace != "" {
+				opts = append(opts, client.InNamespace(t.Namespace))
+			}
+			if err := c.List(ctx, list, opts...); err != nil {
+				if apimeta.IsNoMatchError(err) {
+					continue
+				}
+				return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+			}
+			for _, o := range list.Items {
+				id := objectID{Namespace: o.Namespace, Name: o.Name, Group: gvk.Group, Kind: gvk.Kind}
+				items = append(items, inventoryItem{id: id, version: gvk.Version, target: t.ID()})
+			}
+		}
+	}
+	return items, nil
+}
+
+// inventoryOf is live's inventory; when targets are not all of ms's, only
+// the entries of those targets.
+func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) []inventoryItem {
+	evaluated := map[string]bool{}
+	for _, t := range targets {
+		evaluated[t.Name] = true
+	}
+	all := true
+	for _, t := range ms.Spec.Targets {
+		all = all && evaluated[t.Name]
+	}
+	items := parseInventory(live.Status.Inventory)
+	if all {
+		return items
+	}
+	return slices.DeleteFunc(items, func(it inventoryItem) bool {
+		name, _, _ := strings.Cut(it.target, "/")
+		return !evaluated[name]
+	})
+}
+
+// NormalizeForDiff is obj without what the API server maintains and our
+// digest annotation (managedFields, resourceVersion, uid, generation,
+// creationTimestamp, status), so that an object in sync compares equal to
+// the result of applying it again. nil stays nil.
+func NormalizeForDiff(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	if obj == nil {
+		return nil
+	}
+	out := obj.DeepCopy()
+	unstructured.RemoveNestedField(out.Object, "status")
+	for _, f := range []string{"managedFields", "resourceVersion", "uid", "generation", "creationTimestamp"} {
+		unstructured.RemoveNestedField(out.Object, "metadata", f)
+	}
+	if ann := out.GetAnnotations(); ann != nil {
+		delete(ann, DigestAnnotation)
+		if len(ann) == 0 {
+			unstructured.RemoveNestedField(out.Object, "metadata", "annotations")
+		} else {
+			out.SetAnnotations(ann)
+		}
+	}
+	return out
+}
