@@ -68,6 +68,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDocCmd(), newVersionCmd(), newOperatorCmd())
+	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newVersionCmd(), newOperatorCmd(), newHistoryCmd(), newRollbackCmd(), newEvalWorkerCmd())
 	return root
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
@@ -22,12 +23,14 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/gitsource"
+	"github.com/manifestsync/manifestsync/operator/webhook"
 )
 
 type operatorFlags struct {
 	kubeconfig     string
 	metricsAddr    string
 	probeAddr      string
+	webhookAddr    string
 	leaderElect    bool
 	leaderElectNS  string
 	concurrency    int
@@ -36,6 +39,7 @@ type operatorFlags struct {
 	burst          int
 	zap            zap.Options
 	reconcilerOpts controller.Options
+	evalWorkers    evalWorkerFlags
 }
 
 func newOperatorCmd() *cobra.Command {
@@ -48,7 +52,28 @@ of the cluster, in-cluster or with --kubeconfig (else $KUBECONFIG or
 ~/.kube/config), until interrupted.
 
 Logs are structured (JSON unless --zap-devel); they name objects, never
-their data.`,
+their data.
+
+With --webhook-bind-address, it also receives the push notifications of
+Git servers (GitHub, Gitea, GitLab) at /hooks/<namespace>/<name>: a
+ManifestSync with the annotation manifestsync.dev/webhook-secret naming a
+Secret of its namespace (key "token") fetches its sources at once when a
+call signed with that secret arrives. The receiver speaks plain HTTP: expose
+it through an Ingress (or a proxy) that terminates TLS. Every replica
+serves it, leader or not.
+
+With --instance-id, the operator's field manager is manifestsync-ID and the
+owner label of its objects "<namespace>.<name>_ID": operators of several
+clusters writing to one shared cluster then never take over, prune or
+correct each other's objects (an object of another instance is a Conflict
+under policy Sync).
+
+Targets with a cluster (targets[].cluster.kubeConfigSecretRef) are synced
+with that kubeconfig's credentials, each request bounded by
+--remote-timeout; an unreachable cluster fails only its own targets. A
+deleted ManifestSync waits at most --deletion-timeout for its objects to
+be pruned. With spec.serviceAccountName, in-cluster reads and writes
+impersonate that account; --require-service-account makes it mandatory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runOperator(cmd.Context(), &f)
@@ -58,13 +83,21 @@ their data.`,
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster, $KUBECONFIG or ~/.kube/config")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fl.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
+	fl.StringVar(&f.webhookAddr, "webhook-bind-address", "0", `address of the Git webhook receiver (plain HTTP), such as ":9443"; "0" disables it`)
+	fl.StringVar(&f.reconcilerOpts.InstanceID, "instance-id", "", "identity of this operator among several writing to the same clusters; part of its field manager and owner label")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fl.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease; default: the pod's")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
 	fl.IntVar(&f.targetWorkers, "target-concurrency", 4, "targets of one ManifestSync applied at once")
 	fl.Float32Var(&f.qps, "kube-api-qps", 100, "client-side limit of API requests per second")
 	fl.IntVar(&f.burst, "kube-api-burst", 200, "client-side burst of API requests")
+	fl.DurationVar(&f.reconcilerOpts.RemoteTimeout, "remote-timeout", 10*time.Second, "timeout of every request to a remote cluster (targets[].cluster)")
+	fl.DurationVar(&f.reconcilerOpts.DeletionTimeout, "deletion-timeout", 5*time.Minute,
+		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
+	fl.BoolVar(&f.reconcilerOpts.RequireServiceAccount, "require-service-account", false,
+		"fail every ManifestSync without spec.serviceAccountName, so that all in-cluster writes impersonate a tenant's service account")
 	addLimitFlags(fl, &f.reconcilerOpts.Limits)
+	addEvalWorkerFlags(fl, &f.evalWorkers)
 	// Failed syncs are reported in status and events; their log lines
 	// need no stack trace unless asked for.
 	f.zap.StacktraceLevel = zapcore.PanicLevel
@@ -81,6 +114,15 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if f.concurrency < 1 || f.targetWorkers < 1 {
 		return usageErr("operator: --concurrency and --target-concurrency must be at least 1")
 	}
+	if err := controller.ValidateInstanceID(f.reconcilerOpts.InstanceID); err != nil {
+		return usageErr("operator: --instance-id: %v", err)
+	}
+	evaluator, stopWorkers, err := f.evalWorkers.evaluator()
+	if err != nil {
+		return err
+	}
+	defer stopWorkers()
+	f.reconcilerOpts.Evaluator = evaluator
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	log := ctrl.Log.WithName("operator")
 
@@ -127,7 +169,13 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	log.Info("starting", "version", buildVersion(), "host", cfg.Host, "leaderElection", f.leaderElect, "concurrency", f.concurrency)
+	if f.webhookAddr != "" && f.webhookAddr != "0" {
+		rc := &webhook.Receiver{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Log: ctrl.Log.WithName("webhook")}
+		if err := mgr.Add(webhook.NewServer(f.webhookAddr, rc)); err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+	}
+	log.Info("starting", "version", buildVersion(), "instance", f.reconcilerOpts.InstanceID, "webhook", f.webhookAddr, "host", cfg.Host, "leaderElection", f.leaderElect, "concurrency", f.concurrency)
 	if err := mgr.Start(ctx); err != nil {
 		return failed(fmt.Errorf("operator: %w", err))
 	}

@@ -11,7 +11,7 @@ import (
 var update = flag.Bool("update", false, "rewrite expected outputs")
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(clusterM{m}, map[string]func(){
 		"engine": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
 }

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/controller"
+)
+
+type diffFlags struct {
+	evalFlags
+	kubeconfig string
+	context    string
+	timeout    time.Duration
+	instanceID string
+}
+
+func newDiffCmd() *cobra.Command {
+	var f diffFlags
+	cmd := &cobra.Command{
+		Use:   "diff -f sync.yaml",
+		Short: "Show what syncing a ManifestSync would change in a cluster",
+		Long: `Show what syncing a ManifestSync would change in a cluster.
+
+The ManifestSync is evaluated locally, as eval does (same --source, --target
+and --set), and every object is applied to the cluster as the operator
+applies it, under the same resource policies, but as a server-side dry run:
+nothing is written. For each object that would change, a unified diff
+between the live object and the object as the apply would leave it is
+printed (server-maintained fields and status left out); objects that would
+be created or pruned, and conflicts, are listed too. Secret data is masked:
+"***" where a value is unchanged, "*** (before)" and "*** (after)" where it
+changes.
+
+The cluster is that of --kubeconfig, else $KUBECONFIG, else ~/.kube/config,
+in its current context or --context. Without metadata.namespace, the
+ManifestSync is in the context's namespace.
+
+Exit status: 0 nothing would change, 1 something would, 2 error (bad flags,
+unreadable input, failed evaluation, unreachable cluster, an object the
+API server would refuse).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDiff(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.file, "file", "f", "", "the ManifestSync file (required)")
+	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME from a local directory or file, or fetch it from Git (repeatable)")
+	fl.StringArrayVar(&f.targets, "target", nil, "diff only this target (repeatable)")
+	fl.StringArrayVar(&f.sets, "set", nil, "KEY=VALUE: set a param for every target; KEY may be dotted (a.b.c), VALUE is YAML (repeatable)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, else ~/.kube/config")
+	fl.StringVar(&f.context, "context", "", "kubeconfig context; default: the current one")
+	fl.StringVar(&f.instanceID, "instance-id", "", "diff as the operator with this --instance-id would sync (its owner label and field manager)")
+	fl.DurationVar(&f.timeout, "request-timeout", 30*time.Second, "limit of each request to the API server")
+	addLimitFlags(fl, &f.limits)
+	return cmd
+}
+
+func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.file == "" {
+		return usageErr("diff: -f sync.yaml is required")
+	}
+	if err := controller.ValidateInstanceID(f.instanceID); err != nil {
+		return usageErr("diff: --instance-id: %v", err)
+	}
+	sf, err := readSyncFile(f.file)
+	if err != nil {
+		return usageErr("%w", err)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	kc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
+	cfg, err := kc.ClientConfig()
+	if err != nil {
+		return usageErr("diff: kubeconfig: %w", err)
+	}
+	cfg.Timeout = f.timeout
+	cfg.UserAgent = programName + "-diff/" + buildVersion()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return usageErr("diff: connecting to %s: %w", cfg.Host, err)
+	}
+	ms := sf.Sync.DeepCopy()
+	if ms.Namespace == "" {
+		if ms.Namespace, _, err = kc.Namespace(); err != nil {
+			return usageErr("diff: kubeconfig: %w", err)
+		}
+	}
+	res, err := evaluateForDiff(ctx, c, sf, ms, f)
+	if err != nil {
+		return err
+	}
+	diffs, err := controller.DryRun(ctx, c, ms, res.Targets, controller.Options{InstanceID: f.instanceID})
+	if err != nil {
+		return usageErr("diff: %s: %w", cfg.Host, err)
+	}
+	return report(stdout, stderr, diffs)
+}
+
+// evaluateForDiff evaluates the ManifestSync as eval does, but with the
+// cluster's discovery for scopes and its namespaces for namespaceSelector
+// targets, as the operator does. Every failure is an error (exit 2): there
+// is nothing to compare.
+func evaluateForDiff(ctx context.Context, c client.Client, sf *engine.SyncFile, ms *v1alpha1.ManifestSync, f *diffFlags) (*engine.Result, error) {
+	if err := applySets(&ms.Spec, f.sets); err != nil {
+		return nil, err
+	}
+	local := *sf
+	local.Sync = ms
+	snaps, err := resolveSources(ctx, &local, f.sources)
+	if err != nil {
+		return nil, usageErr("%w", err)
+	}
+	opts := engine.Options{Limits: f.limits, Targets: f.targets, Scope: clusterScope(c.RESTMapper())}
+	for _, t := range ms.Spec.Targets {
+		if t.NamespaceSelector == nil {
+			continue
+		}
+		if opts.Namespaces, err = clusterNamespaces(ctx, c); err != nil {
+			return nil, usageErr("diff: %w", err)
+		}
+		break
+	}
+	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	if err != nil {
+		return nil, usageErr("%s: %w", f.file, err)
+	}
+	if err := res.Err(); err != nil {
+		return nil, usageErr("%w", err)
+	}
+	for _, t := range res.Targets {
+		if t.Cluster != "in-cluster" {
+			return nil, usageErr("target %q: cluster %q: diff compares only the targets of the kubeconfig's cluster; pick those with --target", t.ID(), t.Cluster)
+		}
+	}
+	return res, nil
+}
+
+// clusterScope tells namespaced kinds from cluster-scoped ones by
+// discovery, as the operator does, falling back to the built-in table.
+func clusterScope(mapper apimeta.RESTMapper) engine.Scope {
+	return func(gvk schema.GroupVersionKind) (bool, bool) {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return engine.BuiltinScope(gvk)
+		}
+		return m.Scope.Name() == apimeta.RESTScopeNameNamespace, true
+	}
+}
+
+func clusterNamespaces(ctx context.Context, c client.Client) ([]engine.Namespace, error) {
+	var list corev1.NamespaceList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	out := make([]engine.Namespace, 0, len(list.Items))
+	for _, ns := range list.Items {
+		if ns.DeletionTimestamp == nil {
+			out = append(out, engine.Namespace{Name: ns.Name, Labels: ns.Labels})
+		}
+	}
+	slices.SortFunc(out, func(a, b engine.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// report prints what would change, and a summary on stderr; nothing when
+// nothing would. Its error carries the exit status.
+func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
+	counts := map[controller.Action]int{}
+	var b strings.Builder
+	for _, d := range diffs {
+		counts[d.Action]++
+		switch d.Action {
+		case controller.ActionConflict:
+			fmt.Fprintf(&b, "# %s: %s: conflict: %v\n", d.Target, d.Describe(), d.Err)
+		case controller.ActionFailed:
+			fmt.Fprintf(&b, "# %s: %s: would fail: %v\n", d.Target, d.Describe(), d.Err)
+		case controller.ActionCreated, controller.ActionConfigured, controller.ActionPruned:
+			fmt.Fprintf(&b, "# %s: %s: would be %s\n", d.Target, d.Describe(), strings.ToLower(string(d.Action)))
+			if err := writeDiff(&b, d); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := io.WriteString(stdout, b.String()); err != nil {
+		return err
+	}
+	changed := counts[controller.ActionCreated] + counts[controller.ActionConfigured] + counts[controller.ActionPruned] + counts[controller.ActionConflict]
+	if changed == 0 && counts[controller.ActionFailed] == 0 {
+		return nil
+	}
+	fmt.Fprintf(stderr, "%d to create, %d to configure, %d to prune, %d conflicts, %d failing, %d unchanged\n",
+		counts[controller.ActionCreated], counts[controller.ActionConfigured], counts[controller.ActionPruned],
+		counts[controller.ActionConflict], counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
+	if counts[controller.ActionFailed] > 0 {
+		return &exitError{code: exitUsage, err: errors.New("some objects would fail to apply")}
+	}
+	return &exitError{code: exitFailed, err: errors.New("")}
+}
+
+// writeDiff writes the unified diff of one object, YAML against YAML, with
+// Secret data masked.
+func writeDiff(w io.Writer, d controller.ObjectDiff) error {
+	live, desired := maskSecret(d.Live, d.Desired)
+	a, err := toYAML(live)
+	if err != nil {
+		return err
+	}
+	b, err := toYAML(desired)
+	if err != nil {
+		return err
+	}
+	name := d.Target + "/" + d.GVK.Kind + " " + d.Name
+	if d.Namespace != "" {
+		name = d.Target + "/" + d.GVK.Kind + " " + d.Namespace + "/" + d.Name
+	}
+	return difflib.WriteUnifiedDiff(w, difflib.UnifiedDiff{
+		A:        lines(a),
+		B:        lines(b),
+		FromFile: "live/" + name,
+		ToFile:   "desired/" + name,
+		Context:  3,
+	})
+}
+
+// lines splits text into lines, each with its newline; none for "".
+func lines(text string) []string {
+	if text == "" {
+		return nil
+	}
+	return difflib.SplitLines(strings.TrimSuffix(text, "\n"))
+}
+
+func toYAML(obj *unstructured.Unstructured) (string, error) {
+	if obj == nil {
+		return "", nil
+	}
+	b, err := yaml.Marshal(obj.Object)
+	return string(b), err
+}
+
+// Masks of Secret values, as kubectl diff shows them: the same on both
+// sides when the value is unchanged.
+const (
+	maskSame   = "***"
+	maskBefore = "*** (before)"
+	maskAfter  = "*** (after)"
+)
+
+// lastApplied is kubectl's annotation; on a Secret it holds the data.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// maskSecret returns copies of a Secret's two sides with every value of
+// data and stringData, and kubectl's last-applied annotation, replaced by a
+// mask that still tells changed values from unchanged ones. Other objects
+// are returned as they are.
+func maskSecret(live, desired *unstructured.Unstructured) (*unstructured.Unstructured, *unstructured.Unstructured) {
+	isSecret := func(o *unstructured.Unstructured) bool {
+		return o != nil && o.GetKind() == "Secret" && o.GroupVersionKind().Group == ""
+	}
+	if !isSecret(live) && !isSecret(desired) {
+		return live, desired
+	}
+	if live != nil {
+		live = live.DeepCopy()
+	}
+	if desired != nil {
+		desired = desired.DeepCopy()
+	}
+	for _, path := range [][]string{{"data"}, {"stringData"}} {
+		maskValues(mapField(live, path...), mapField(desired, path...), nil)
+	}
+	maskValues(mapField(live, "metadata", "annotations"), mapField(desired, "metadata", "annotations"), []string{lastApplied})
+	return live, desired
+}
+
+// maskValues masks the values of before and after in place (those of the
+// given keys only, when there are any).
+func maskValues(before, after map[string]any, only []string) {
+	masked := func(k string) bool { return only == nil || slices.Contains(only, k) }
+	same := map[string]bool{}
+	for k, bv := range before {
+		if av, ok := after[k]; ok && reflect.DeepEqual(av, bv) {
+			same[k] = true
+		}
+	}
+	for _, m := range []struct {
+		values map[string]any
+		mask   string
+	}{{before, maskBefore}, {after, maskAfter}} {
+		for k := range m.values {
+			switch {
+			case !masked(k):
+			case same[k]:
+				m.values[k] = maskSame
+			default:
+				m.values[k] = m.mask
+			}
+		}
+	}
+}
+
+// mapField is the map at path in obj, itself rather than a copy; nil when
+// there is none.
+func mapField(obj *unstructured.Unstructured, path ...string) map[string]any {
+	if obj == nil {
+		return nil
+	}
+	m, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+	out, _ := m.(map[string]any)
+	return out
+}

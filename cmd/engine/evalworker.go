@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/operator/controller"
+)
+
+// newEvalWorkerCmd is the hidden command the operator starts its
+// evaluation workers with (engine/worker): it speaks the worker protocol
+// on stdin and stdout until stdin closes.
+func newEvalWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "eval-worker",
+		Short:  "Evaluate for the operator in a memory-limited process (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if err := worker.ServeStdio(); err != nil {
+				return failed(err)
+			}
+			return nil
+		},
+	}
+}
+
+// evalWorkerFlags choose where the operator evaluates.
+type evalWorkerFlags struct {
+	inProcess   bool
+	workers     int
+	memoryLimit string
+	opts        worker.Options
+}
+
+func addEvalWorkerFlags(fl interface {
+	IntVar(p *int, name string, value int, usage string)
+	StringVar(p *string, name string, value string, usage string)
+	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
+	BoolVar(p *bool, name string, value bool, usage string)
+}, f *evalWorkerFlags) {
+	fl.IntVar(&f.workers, "eval-workers", worker.DefaultWorkers, "evaluations run at once, each in a worker process of its own")
+	fl.StringVar(&f.memoryLimit, "eval-memory-limit", "256Mi", "memory limit of each evaluation worker (a quantity: 512Mi, 1Gi)")
+	fl.DurationVar(&f.opts.Timeout, "eval-timeout", worker.DefaultTimeout, "wall-clock limit of one evaluation in a worker")
+	fl.BoolVar(&f.inProcess, "eval-in-process", false, "evaluate in the operator's process: no worker processes, and no memory limit")
+}
+
+// evaluator returns the pool of workers the flags ask for (nil with
+// --eval-in-process: the reconciler then evaluates in process) and how
+// to stop it.
+func (f *evalWorkerFlags) evaluator() (controller.Evaluator, func(), error) {
+	if f.inProcess {
+		return nil, func() {}, nil
+	}
+	if f.workers < 1 {
+		return nil, nil, usageErr("operator: --eval-workers must be at least 1")
+	}
+	q, err := resource.ParseQuantity(f.memoryLimit)
+	if err != nil || q.Value() < 32<<20 {
+		return nil, nil, usageErr("operator: --eval-memory-limit %q: want a quantity of at least 32Mi", f.memoryLimit)
+	}
+	opts := f.opts
+	opts.Workers, opts.MemoryLimit = f.workers, q.Value()
+	pool, err := worker.New(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("operator: %w", err)
+	}
+	return pool, func() { _ = pool.Close() }, nil
+}
