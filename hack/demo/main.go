@@ -238,7 +238,7 @@ func applyExamples(ctx context.Context, c client.Client, root, work, gitURL stri
 	var out []*v1alpha1.ManifestSync
 	for _, expected := range dirs {
 		dir := filepath.Dir(expected)
-		ms, err := prepareExample(ctx, c, dir, filepath.Join(work, "git"), gitURL)
+		ms, err := prepareExample(ctx, c, dir, filepath.Join(work, "git"), gitURL, filepath.Join(work, "kubeconfig"))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
@@ -251,7 +251,7 @@ func applyExamples(ctx context.Context, c client.Client, root, work, gitURL stri
 	return out, nil
 }
 
-func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL string) (*v1alpha1.ManifestSync, error) {
+func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, kubeconfig string) (*v1alpha1.ManifestSync, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "sync.yaml"))
 	if err != nil {
 		return nil, err
@@ -275,6 +275,16 @@ func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL str
 			continue
 		}
 		t.Namespace = example + "-" + t.Namespace
+		if t.Cluster != nil {
+			// The local control plane stands in for the remote cluster
+			// too: the target gets namespaces of its own, and its
+			// kubeconfig Secret points at the same API server.
+			ref := t.Cluster.KubeConfigSecretRef
+			t.Namespace = example + "-" + ref.Name + "-" + strings.TrimPrefix(t.Namespace, example+"-")
+			if err := createKubeconfigSecret(ctx, c, ms.Namespace, ref, kubeconfig); err != nil {
+				return nil, fmt.Errorf("target %q: %w", t.Name, err)
+			}
+		}
 		if err := ensureNamespace(ctx, c, t.Namespace); err != nil {
 			return nil, err
 		}
@@ -320,6 +330,25 @@ func publishGitSource(dir, repos, gitURL string, src *v1alpha1.Source) error {
 	src.Git.Ref = v1alpha1.GitRef{Branch: "main"}
 	src.Git.SecretRef = nil
 	return nil
+}
+
+// createKubeconfigSecret creates the kubeconfig Secret of a remote target
+// from the demo's own kubeconfig file.
+func createKubeconfigSecret(ctx context.Context, c client.Client, namespace string, ref v1alpha1.SecretKeyReference, kubeconfig string) error {
+	kc, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		return err
+	}
+	key := ref.Key
+	if key == "" {
+		key = "value"
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ref.Name}, Data: map[string][]byte{key: kc}}
+	err = c.Create(ctx, secret)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 func ensureNamespace(ctx context.Context, c client.Client, name string) error {
