@@ -42,7 +42,7 @@ demo: ## Start a local control plane, run the operator on the examples, show the
 bench: $(CUE) $(STARLARK) ## Run the benchmarks: validation against cue vet, evaluation against the starlark command (same run), then the Go benchmarks.
 	$(GO) run ./bench/cuevet -cue $(CUE) -schemas schemas/k8s -n 1000,10000
 	$(GO) run ./bench/evalbench -starlark $(STARLARK) -pairs 3
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./lang/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./engine/worker ./lang/...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint.
