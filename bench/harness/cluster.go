@@ -1,0 +1,87 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Cluster is a local control plane for a workload: etcd and kube-apiserver
+// from the envtest assets `make envtest` builds, with the ManifestSync CRD.
+type Cluster struct {
+	// Config connects as an administrator, without client-side rate
+	// limits (workloads set their own).
+	Config *rest.Config
+	// Kubeconfig is a file for tools such as kubectl and engine operator.
+	Kubeconfig string
+	// Root is the repository's root.
+	Root string
+
+	env *envtest.Environment
+}
+
+// StartCluster starts a control plane; dir holds its kubeconfig.
+func StartCluster(dir string) (*Cluster, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "bin", "envtest")
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join(root, "operator", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: time.Minute,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting a control plane with the assets in %s (make envtest): %w", assets, err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
+	user, err := env.AddUser(envtest.User{Name: "bench-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Cluster{Config: cfg, Kubeconfig: kubeconfig, Root: root, env: env}, nil
+}
+
+// Stop stops the control plane.
+func (c *Cluster) Stop() error { return c.env.Stop() }
+
+// RepoRoot is the nearest directory at or above the working directory that
+// holds go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
