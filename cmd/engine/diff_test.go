@@ -18,16 +18,13 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/go-logr/logr"
@@ -36,6 +33,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // The diff tests share one API server with the operator running on it,
@@ -45,7 +43,7 @@ import (
 // import): $KUBEBUILDER_ASSETS, else bin/envtest (make envtest).
 var cluster struct {
 	once sync.Once
-	env  *testEnv
+	env  *testenv.Env
 	// kubeconfig is a file with two contexts: envtest, and the current
 	// one, broken, whose server refuses connections.
 	kubeconfig string
@@ -66,7 +64,7 @@ func (c clusterM) Run() int {
 
 // needCluster starts the API server and the operator once, or skips the
 // test under -short.
-func needCluster(t *testing.T) *testEnv {
+func needCluster(t *testing.T) *testenv.Env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a kube-apiserver; skipped under -short")
@@ -78,65 +76,8 @@ func needCluster(t *testing.T) *testEnv {
 	return cluster.env
 }
 
-// testEnv is a running API server with the ManifestSync CRD.
-type testEnv struct {
-	Config *rest.Config
-	Scheme *runtime.Scheme
-	Client client.Client
-	env    *envtest.Environment
-}
-
-func (e *testEnv) Stop() error { return e.env.Stop() }
-
-// Namespace creates a namespace for one test, deleted when it ends.
-func (e *testEnv) Namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8)}}
-	if err := e.Client.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = e.Client.Delete(context.Background(), ns) })
-	return ns.Name
-}
-
-func startEnv() (*testEnv, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return nil, err
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(root, "bin", "envtest")
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	te := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join(root, "operator", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing:    true,
-		Scheme:                   scheme,
-		ControlPlaneStartTimeout: 60 * time.Second,
-		ControlPlaneStopTimeout:  30 * time.Second,
-	}
-	cfg, err := te.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting envtest with the assets in %s (make envtest): %w", assets, err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, errors.Join(err, te.Stop())
-	}
-	return &testEnv{Config: cfg, Scheme: scheme, Client: c, env: te}, nil
-}
-
 func startCluster() error {
-	env, err := startEnv()
+	env, err := testenv.Start()
 	if err != nil {
 		return err
 	}
@@ -238,9 +179,9 @@ spec:
 // newSyncDir writes sync.yaml and repo/ (files by name) in a new
 // directory, for a ManifestSync in a new namespace; it returns the
 // directory and the namespace.
-func newSyncDir(t *testing.T, env *testEnv, files map[string]string) (dir, ns string) {
+func newSyncDir(t *testing.T, env *testenv.Env, files map[string]string) (dir, ns string) {
 	t.Helper()
-	ns = env.Namespace(t)
+	ns = env.Namespace(t, nil)
 	dir = t.TempDir()
 	writeFiles(t, dir, map[string]string{"sync.yaml": fmt.Sprintf(syncYAML, ns)})
 	writeFiles(t, filepath.Join(dir, "repo"), files)
@@ -249,7 +190,7 @@ func newSyncDir(t *testing.T, env *testEnv, files map[string]string) (dir, ns st
 
 // syncDir creates the ManifestSync of dir in the cluster, with the
 // repository as it is now, and waits until the operator has synced it.
-func syncDir(t *testing.T, env *testEnv, dir string) {
+func syncDir(t *testing.T, env *testenv.Env, dir string) {
 	t.Helper()
 	snap, err := source.Dir(filepath.Join(dir, "repo"), source.Limits{})
 	if err != nil {

@@ -31,7 +31,7 @@ func engineCluster(t *testing.T, args ...string) (code int, stdout, stderr strin
 func TestHistoryAndRollback(t *testing.T) {
 	env := needCluster(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env.Namespace(t, nil)
 	const (
 		c1 = "1111111111111111111111111111111111111111"
 		c2 = "2222222222222222222222222222222222222222"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // A transform that fails leaves every target as it was and says where it

@@ -16,7 +16,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
-	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // secrets is a transform making the Secrets params.names into the target,

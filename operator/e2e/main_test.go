@@ -27,7 +27,7 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/gitsource"
-	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // env is the API server every test of the package shares.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/internal/testenv"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 var env *testenv.Env

@@ -7,7 +7,8 @@
 // (`make envtest`); when they are missing the tests fail, except under
 // -short, where every test that needs the environment is skipped.
 //
-// It is for tests only: nothing but _test.go files may import it.
+// It is for tests only: nothing but _test.go files may import it (the
+// cmd/engine tests of engine diff use it too, hence not internal).
 package testenv
 
 import (
