@@ -39,9 +39,9 @@ demo: ## Start a local control plane, run the operator on the examples, show the
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./hack/demo
 
 .PHONY: bench
-bench: $(CUE) $(STARLARK) ## Run the benchmarks: validation against cue vet, evaluation against the starlark command (same run), then the Go benchmarks.
-	$(GO) run ./bench/cuevet -cue $(CUE) -schemas schemas/k8s -n 1000,10000
-	$(GO) run ./bench/evalbench -starlark $(STARLARK) -pairs 3
+bench: $(CUE) $(STARLARK) ## Run the benchmarks (W1-W6 against their baselines on a local control plane; writes bench/REPORT.md and bench/fanout.svg), then the Go benchmarks.
+	hack/test-deps.sh
+	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./bench/run -cue $(CUE) -starlark $(STARLARK) -rounds 3
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./engine/worker ./lang/...
 
 .PHONY: lint

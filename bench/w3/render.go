@@ -1,4 +1,4 @@
-package main
+package w3
 
 import (
 	"fmt"

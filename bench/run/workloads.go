@@ -1,0 +1,14 @@
+package main
+
+import (
+	"github.com/manifestsync/manifestsync/bench/w5"
+	"github.com/manifestsync/manifestsync/bench/w6"
+)
+
+// W5 (git) and W6 (memory) run on the shared control plane after W1/W2.
+func init() {
+	clusterWorkloads = append(clusterWorkloads,
+		clusterWorkload{name: "W5", run: w5.Run},
+		clusterWorkload{name: "W6", run: w6.Run},
+	)
+}

@@ -1,0 +1,205 @@
+// Package w3 is workload W3 of the benchmarks: one Starlark transform
+// rendering ten objects for each of 1,000 namespaces. It runs, alternately
+// and each as a process of its own, ManifestSync's engine (the transform
+// once per target, as the operator runs it), the starlark command
+// (go.starlark.net/cmd/starlark, at the version ManifestSync uses) running
+// the same render function over the same namespaces and encoding every
+// object to JSON, and the same logic written in plain Go.
+//
+// The target: objects/s at least the starlark command's; the gap to plain
+// Go is reported. It imports no cluster code.
+package w3
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+//go:embed render.star
+var renderStar []byte
+
+const (
+	workload            = "W3 evaluation"
+	objectsPerNamespace = 10
+	// Namespaces is the number of targets the transform renders.
+	Namespaces = 1000
+)
+
+func init() { harness.RegisterChild("w3", child) }
+
+// params are every namespace's params: the same for all three tools.
+var params = map[string]any{
+	"name": "web", "team": "shop", "image": "registry.example.com/web:1.4.2",
+	"replicas": 2, "port": 8080, "config": map[string]any{"LOG_LEVEL": "info", "FEATURE_X": true},
+}
+
+// Run measures the engine, the starlark command starlarkBin and plain Go,
+// rounds times each, alternating.
+func Run(_ context.Context, starlarkBin string, rounds int) ([]harness.Row, error) {
+	dir, err := os.MkdirTemp("", "w3")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "baseline.star")
+	if err := os.WriteFile(script, baselineScript(Namespaces), 0o644); err != nil {
+		return nil, err
+	}
+	n := strconv.Itoa(Namespaces)
+	objs := Namespaces * objectsPerNamespace
+	rate := func(name string, cmd func() (*exec.Cmd, error)) func() (float64, error) {
+		return func() (float64, error) {
+			c, err := cmd()
+			if err != nil {
+				return 0, err
+			}
+			p, err := harness.RunProcess(c)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", name, err)
+			}
+			if got := strings.TrimSpace(string(p.Output)); got != strconv.Itoa(objs) {
+				return 0, fmt.Errorf("%s: made %q objects, want %d", name, got, objs)
+			}
+			return float64(objs) / p.Wall.Seconds(), nil
+		}
+	}
+	runs, err := harness.Rounds(rounds,
+		rate("engine", func() (*exec.Cmd, error) { return harness.ChildCommand("w3", "-tool", "engine", "-n", n) }),
+		rate("starlark command", func() (*exec.Cmd, error) { return exec.Command(starlarkBin, script), nil }),
+		rate("plain Go", func() (*exec.Cmd, error) { return harness.ChildCommand("w3", "-tool", "go", "-n", n) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", workload, err)
+	}
+	metric := fmt.Sprintf("objects/s (%d namespaces × %d objects, per process)", Namespaces, objectsPerNamespace)
+	rows := []harness.Row{
+		harness.Compare(workload, metric, "objects/s", runs[0], runs[1], "starlark command", "≥ 1× starlark command",
+			func(r float64) bool { return r >= 1 }),
+		harness.Compare(workload, metric, "objects/s", runs[0], runs[2], "plain Go", "gap reported",
+			func(float64) bool { return true }),
+	}
+	if !rows[0].Pass {
+		rows[0].Note = "each side is a whole process; the engine also normalises, sorts and digests every object, which the starlark command does not"
+	}
+	return rows, nil
+}
+
+// baselineScript is render.star with a driver that renders every
+// namespace and encodes each object, as the engine's output is encoded.
+func baselineScript(n int) []byte {
+	p, _ := json.Marshal(params)
+	return fmt.Appendf(slices.Clone(renderStar), `
+PARAMS = json.decode(%q)
+
+def run():
+    count = 0
+    for i in range(%d):
+        for obj in render("ns-%%d" %% i, PARAMS):
+            json.encode(obj)
+            count += 1
+    print(count)
+
+run()
+`, string(p), n)
+}
+
+// child is the process of one tool: engine or go.
+func child(args []string) error {
+	fs := flag.NewFlagSet("w3", flag.ContinueOnError)
+	tool := fs.String("tool", "engine", "engine or go")
+	n := fs.Int("n", Namespaces, "namespaces")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var (
+		count int
+		err   error
+	)
+	switch *tool {
+	case "engine":
+		count, err = runEngine(*n)
+	case "go":
+		count, err = runGo(*n)
+	default:
+		err = fmt.Errorf("unknown tool %q", *tool)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println(count)
+	return nil
+}
+
+func runGo(n int) (int, error) {
+	count := 0
+	for i := range n {
+		for _, obj := range renderGo(fmt.Sprintf("ns-%d", i), params) {
+			if _, err := json.Marshal(obj); err != nil {
+				return 0, err
+			}
+			count++
+		}
+	}
+	return count, nil
+}
+
+// runEngine evaluates a ManifestSync with n targets whose transform calls
+// render for the target's namespace.
+func runEngine(n int) (int, error) {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return 0, err
+	}
+	spec := &v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "https://git.example.com/app.git"}}},
+		Transform: &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Source: "app", Path: "main.star"}},
+		Params:    &runtime.RawExtension{Raw: raw},
+	}
+	for i := range n {
+		spec.Targets = append(spec.Targets, v1alpha1.Target{Name: fmt.Sprintf("t%d", i), Namespace: fmt.Sprintf("ns-%d", i)})
+	}
+	files := map[string][]byte{
+		"render.star": renderStar,
+		"main.star":   []byte("load(\"render.star\", \"render\")\n\ndef main(ctx):\n    return render(ctx.target.namespace, ctx.params)\n"),
+	}
+	snaps := map[string]*engine.Snapshot{"app": {Files: files, Revision: engine.ContentDigest(files)}}
+	res, err := engine.Evaluate(context.Background(), engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{})
+	if err != nil {
+		return 0, err
+	}
+	if err := res.Err(); err != nil {
+		return 0, err
+	}
+	count := 0
+	for _, t := range res.Targets {
+		count += len(t.Objects)
+	}
+	return count, nil
+}

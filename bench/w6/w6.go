@@ -1,0 +1,447 @@
+// Package w6 is workload W6 of `make bench`: memory. The cluster holds
+// 10,000 Secrets (100 of them 100 KiB) in 1,000 labelled namespaces, and
+// one source Secret is replicated to those namespaces by a ManifestSync
+// (an object source and a namespaceSelector target) run by `engine
+// operator` as a process of its own. Measured: its peak resident set (with
+// that of its evaluation workers) and the time from its start until every
+// target is Synced. Baseline: a replicator written the obvious way with
+// controller-runtime, whose cached client holds every Secret in full
+// (bench/w6/naive), doing the same replication.
+//
+// The Secrets are created once; each round deletes the copies and starts
+// only the controller under test.
+//
+// It is a benchmark: nothing in the product may import it.
+package w6
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+const (
+	workload    = "W6 memory"
+	namespaces  = 1000
+	perNS       = 10  // Secrets in each namespace: 10,000 in all
+	large       = 100 // of them 100 KiB
+	largeSize   = 100 << 10
+	setupWorker = 16
+
+	srcNamespace = "bench-w6-src"
+	srcName      = "shared"
+	msName       = "replicate"
+	targetLabel  = "bench.manifestsync.dev/w6"
+	naiveLabel   = "bench.manifestsync.dev/naive-copy" // bench/w6/naive's
+
+	// settle is how long a controller keeps running after it is ready
+	// before its memory is read: the peak includes what follows the last
+	// write (status, events, resyncs).
+	settle = 2 * time.Second
+	// readyTimeout bounds the wait for a controller to finish.
+	readyTimeout = 3 * time.Minute
+)
+
+// OperatorFlags are the flags `engine operator` runs with, beyond the
+// kubeconfig and disabled endpoints: its defaults.
+var OperatorFlags []string
+
+func nsName(i int) string { return fmt.Sprintf("bench-w6-%04d", i) }
+
+// Run measures W6 on c, rounds times (at least 3).
+func Run(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, error) {
+	dir, err := os.MkdirTemp("", "bench-w6-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	b, err := setup(ctx, c, dir)
+	if err != nil {
+		return nil, fmt.Errorf("w6: %w", err)
+	}
+	runs, err := harness.Rounds(rounds, func() (float64, error) { return b.ours(ctx) }, func() (float64, error) { return b.naive(ctx) })
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("w6: %w", err), b.cleanup(ctx))
+	}
+	rows := b.rows(runs)
+	if err := b.cleanup(ctx); err != nil {
+		return rows, fmt.Errorf("w6: cleaning up: %w", err)
+	}
+	return rows, nil
+}
+
+type bench struct {
+	c         *harness.Cluster
+	dir       string
+	engine    string // bin/engine
+	naiveBin  string
+	client    client.WithWatch
+	srcData   map[string][]byte
+	own, kids []float64 // the operator's own peak and its workers', MiB
+
+	oursReady, naiveReady []float64 // seconds
+	oursRound, naiveRound int
+}
+
+func (b *bench) rows(runs [][]float64) []harness.Row {
+	baseline := "controller-runtime replicator caching full Secrets"
+	rss := harness.Compare(workload, "peak RSS (operator + eval workers)", "MiB", runs[0], runs[1], baseline, "≤ 0.25× and ≤ 80 MiB", func(q float64) bool { return q <= 0.25 })
+	rss.Pass = rss.Pass && rss.Ours <= 80
+	ready := harness.Compare(workload, fmt.Sprintf("ready after start (%d/%d targets Synced)", namespaces, namespaces), "s", b.oursReady, b.naiveReady, baseline, "≤ 5 s", nil2)
+	ready.Pass = ready.Ours <= 5
+	if !rss.Pass {
+		rss.Note = fmt.Sprintf("median %.1f MiB against %.1f MiB: the operator process itself peaks at %.1f MiB (median), its evaluation worker processes (--eval-workers, each a whole engine binary) at %.1f MiB together; the operator caches the metadata of the 1,000 namespaces and of its 1,000 copies, the ManifestSync (whose status and inventory list 1,000 targets) and the evaluation result of 1,000 objects", rss.Ours, rss.Base, harness.Median(b.own), harness.Median(b.kids))
+	}
+	if !ready.Pass {
+		ready.Note = fmt.Sprintf("median %.1f s to apply 1,000 objects and report them; flags: %v (defaults: --kube-api-qps 100, --kube-api-burst 200, --target-concurrency 4); at 100 requests/s the client-side limit alone needs ~8 s for 1,000 applies", ready.Ours, OperatorFlags)
+	}
+	return []harness.Row{rss, ready}
+}
+
+func nil2(float64) bool { return true }
+
+func setup(ctx context.Context, c *harness.Cluster, dir string) (*bench, error) {
+	b := &bench{c: c, dir: dir, engine: filepath.Join(c.Root, "bin", "engine"), naiveBin: filepath.Join(dir, "naive")}
+	for _, build := range [][]string{
+		{"build", "-o", b.engine, "./cmd/engine"},
+		{"build", "-o", b.naiveBin, "./bench/w6/naive"},
+	} {
+		cmd := exec.CommandContext(ctx, "go", build...)
+		cmd.Dir = c.Root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go %v: %w\n%s", build, err, out)
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	var err error
+	b.client, err = client.NewWithWatch(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return b, b.populate(ctx)
+}
+
+// populate creates the namespaces, the 10,000 Secrets and the source,
+// setupWorker requests at a time; what exists already is kept.
+func (b *bench) populate(ctx context.Context) error {
+	create := func(o client.Object) error {
+		if err := b.client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s/%s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName(), err)
+		}
+		return nil
+	}
+	b.srcData = map[string][]byte{"tls.crt": random(2 << 10), "tls.key": random(1 << 10)}
+	if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: srcNamespace}}); err != nil {
+		return err
+	}
+	src := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: srcNamespace, Name: srcName}, Data: b.srcData}
+	err := b.client.Create(ctx, src)
+	if apierrors.IsAlreadyExists(err) {
+		err = b.client.Update(ctx, src)
+	}
+	if err != nil {
+		return err
+	}
+	return parallel(namespaces, setupWorker, func(i int) error {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{targetLabel: "target"}}}
+		if err := create(ns); err != nil {
+			return err
+		}
+		for j := range perNS {
+			data := map[string][]byte{"token": random(64), "ca.crt": random(512)}
+			if j == 0 && i < large {
+				data = map[string][]byte{"blob": random(largeSize)}
+			}
+			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName(i), Name: fmt.Sprintf("filler-%d", j)}, Data: data}
+			if err := create(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func random(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// reset deletes the ManifestSync (without its finalizer: no operator
+// runs) and every copy, so that each round starts alike.
+func (b *bench) reset(ctx context.Context) error {
+	ms := &v1alpha1.ManifestSync{}
+	key := types.NamespacedName{Namespace: srcNamespace, Name: msName}
+	if err := b.client.Get(ctx, key, ms); err == nil {
+		if len(ms.Finalizers) > 0 {
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+			if err := b.client.Patch(ctx, ms, patch); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		if err := b.client.Delete(ctx, ms); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	return parallel(namespaces, setupWorker, func(i int) error {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName(i), Name: srcName}}
+		return client.IgnoreNotFound(b.client.Delete(ctx, s))
+	})
+}
+
+// ours runs the operator until the ManifestSync is ready, and returns its
+// peak RSS in MiB.
+func (b *bench) ours(ctx context.Context) (float64, error) {
+	if err := b.reset(ctx); err != nil {
+		return 0, err
+	}
+	ms := &v1alpha1.ManifestSync{
+		ObjectMeta: metav1.ObjectMeta{Namespace: srcNamespace, Name: msName},
+		Spec: v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: srcName}}},
+			Targets: []v1alpha1.Target{{Name: "all", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{targetLabel: "target"}}}},
+		},
+	}
+	if err := b.client.Create(ctx, ms); err != nil {
+		return 0, err
+	}
+	b.oursRound++
+	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, OperatorFlags...)
+	cmd := exec.Command(b.engine, args...)
+	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("operator-%d.log", b.oursRound), b.waitSynced, true)
+	if err != nil {
+		return 0, err
+	}
+	b.oursReady = append(b.oursReady, took.Seconds())
+	return rss, nil
+}
+
+// naive runs the baseline until every copy is made, and returns its peak
+// RSS in MiB.
+func (b *bench) naive(ctx context.Context) (float64, error) {
+	if err := b.reset(ctx); err != nil {
+		return 0, err
+	}
+	b.naiveRound++
+	cmd := exec.Command(b.naiveBin, "--kubeconfig", b.c.Kubeconfig, "--source", srcNamespace+"/"+srcName, "--selector", targetLabel+"=target")
+	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("naive-%d.log", b.naiveRound), b.waitCopies, false)
+	if err != nil {
+		return 0, err
+	}
+	b.naiveReady = append(b.naiveReady, took.Seconds())
+	return rss, nil
+}
+
+// measure starts cmd, waits for ready (which watches from before the
+// start), lets it settle, reads its peak RSS and stops it.
+func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready func(context.Context) error, ours bool) (float64, time.Duration, error) {
+	logPath := filepath.Join(b.dir, logName)
+	log, err := os.Create(logPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	wctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() {
+		err := ready(wctx)
+		waited <- err
+	}()
+	// ready's watch is open before the start: nothing is missed.
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(exited) }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // evaluation workers left behind, if any
+	}
+	sampler := sampleRSS(cmd.Process.Pid, 50*time.Millisecond)
+	var took time.Duration
+	select {
+	case err := <-waited:
+		took = time.Since(start)
+		if err != nil {
+			_, _ = sampler.finish()
+			stop()
+			return 0, 0, fmt.Errorf("%s: %w (log: %s)", filepath.Base(cmd.Path), err, tail(logPath))
+		}
+	case <-exited:
+		_, _ = sampler.finish()
+		return 0, 0, fmt.Errorf("%s exited: %w (log: %s)", filepath.Base(cmd.Path), exitErr, tail(logPath))
+	}
+	time.Sleep(settle)
+	p, err := sampler.finish()
+	stop()
+	if err != nil {
+		return 0, 0, err
+	}
+	if ours {
+		b.own = append(b.own, mib(p.own))
+		b.kids = append(b.kids, mib(p.children))
+	}
+	return mib(p.total), took, nil
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+func tail(path string) string {
+	raw, _ := os.ReadFile(path)
+	if len(raw) > 2000 {
+		raw = raw[len(raw)-2000:]
+	}
+	return string(raw)
+}
+
+// waitSynced waits until the ManifestSync is Ready with every target
+// Synced, watching it.
+func (b *bench) waitSynced(ctx context.Context) error {
+	var list v1alpha1.ManifestSyncList
+	w, err := b.client.Watch(ctx, &list, client.InNamespace(srcNamespace), client.MatchingFields{"metadata.name": msName})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	want := fmt.Sprintf("%d/%d", namespaces, namespaces)
+	last := "no status"
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ManifestSync not ready (%s): %w", last, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errors.New("the watch of the ManifestSync ended")
+			}
+			ms, isMS := ev.Object.(*v1alpha1.ManifestSync)
+			if !isMS || ev.Type == watch.Deleted {
+				continue
+			}
+			st := ms.Status
+			if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
+				last = fmt.Sprintf("%s %s: %s, targets %s", c.Status, c.Reason, c.Message, st.TargetsSummary)
+			}
+			if st.ObservedGeneration == ms.Generation && st.TargetsSummary == want &&
+				apimeta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady) {
+				return nil
+			}
+		}
+	}
+}
+
+// waitCopies waits until the baseline has made every copy, watching them.
+func (b *bench) waitCopies(ctx context.Context) error {
+	var list corev1.SecretList
+	w, err := b.client.Watch(ctx, &list, client.HasLabels{naiveLabel})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	done := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d copies made: %w", len(done), namespaces, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errors.New("the watch of the copies ended")
+			}
+			s, isSecret := ev.Object.(*corev1.Secret)
+			if !isSecret || ev.Type == watch.Deleted {
+				continue
+			}
+			done[s.Namespace] = string(s.Data["tls.crt"]) == string(b.srcData["tls.crt"])
+			n := 0
+			for _, ok := range done {
+				if ok {
+					n++
+				}
+			}
+			if n == namespaces {
+				return nil
+			}
+		}
+	}
+}
+
+// cleanup deletes what the workload made, but the namespaces (which a
+// control plane without a namespace controller never finishes deleting).
+func (b *bench) cleanup(ctx context.Context) error {
+	if err := b.reset(ctx); err != nil {
+		return err
+	}
+	err := parallel(namespaces, setupWorker, func(i int) error {
+		return client.IgnoreNotFound(b.client.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(nsName(i))))
+	})
+	return errors.Join(err, client.IgnoreNotFound(b.client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: srcNamespace, Name: srcName}})))
+}
+
+// parallel runs f(0..n-1), workers at a time, and returns the errors.
+func parallel(n, workers int, f func(i int) error) error {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range min(workers, n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
