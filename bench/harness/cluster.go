@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Cluster is a local control plane for a workload: etcd and kube-apiserver
@@ -27,6 +29,8 @@ type Cluster struct {
 
 // StartCluster starts a control plane; dir holds its kubeconfig.
 func StartCluster(dir string) (*Cluster, error) {
+	// envtest logs through controller-runtime; the report is the output.
+	ctrllog.SetLogger(logr.Discard())
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
