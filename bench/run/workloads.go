@@ -5,7 +5,7 @@ import (
 	"github.com/manifestsync/manifestsync/bench/w6"
 )
 
-// W5 (git) and W6 (memory) run on the shared control plane after W1/W2.
+// W5 (git) and W6 (memory) run after W1/W2, each on a control plane of its own.
 func init() {
 	clusterWorkloads = append(clusterWorkloads,
 		clusterWorkload{name: "W5", run: w5.Run},
