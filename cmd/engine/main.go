@@ -1,6 +1,7 @@
 // Command engine is ManifestSync's one binary: offline evaluation (eval),
-// module documentation (doc) and the version; the operator, vet, test and
-// diff join it as they are built.
+// CI checks (vet, test), the controller manager (operator) and its
+// evaluation workers (eval-worker), what the operator would change (diff),
+// history and rollback, module documentation (doc) and the version.
 package main
 
 import (
