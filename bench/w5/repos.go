@@ -1,6 +1,8 @@
 package w5
 
 import (
+	"github.com/manifestsync/manifestsync/bench/harness"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -30,7 +32,7 @@ func manifest(i, rev int) string {
 
 // publish makes the bare repositories, workers at a time.
 func (b *bench) publish() error {
-	return parallel(sources, workers, func(i int) error {
+	return harness.Parallel(sources, workers, func(i int) error {
 		content := filepath.Join(b.dir, "content", repoName(i))
 		if err := writeContent(content, i); err != nil {
 			return err

@@ -332,7 +332,7 @@ func (b *bench) unchanged(ctx context.Context) (float64, error) {
 
 // pollAll reconciles keys, workers at a time, as the controller does.
 func (b *bench) pollAll(ctx context.Context, keys []types.NamespacedName) error {
-	return parallel(len(keys), workers, func(i int) error {
+	return harness.Parallel(len(keys), workers, func(i int) error {
 		_, err := b.r.Reconcile(ctx, ctrl.Request{NamespacedName: keys[i]})
 		if err != nil {
 			return fmt.Errorf("reconciling %s: %w", keys[i], err)
@@ -346,7 +346,7 @@ func (b *bench) pollAll(ctx context.Context, keys []types.NamespacedName) error 
 func (b *bench) lsRemote(ctx context.Context) (float64, error) {
 	before := b.server.counts()
 	start := time.Now()
-	err := parallel(sources, workers, func(i int) error {
+	err := harness.Parallel(sources, workers, func(i int) error {
 		return b.git(ctx, b.dir, "ls-remote", b.server.URL+"/"+repoName(i)+".git")
 	})
 	if err != nil {
@@ -504,32 +504,4 @@ type countingEvaluator struct{ n atomic.Int64 }
 func (e *countingEvaluator) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Options) (*engine.Result, error) {
 	e.n.Add(1)
 	return engine.Evaluate(ctx, spec, opts)
-}
-
-// parallel runs f(0..n-1), workers at a time, and returns the first error.
-func parallel(n, workers int, f func(i int) error) error {
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range min(workers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

@@ -22,8 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -169,7 +167,7 @@ func (b *bench) populate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return parallel(namespaces, setupWorker, func(i int) error {
+	return harness.Parallel(namespaces, setupWorker, func(i int) error {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{targetLabel: "target"}}}
 		if err := create(ns); err != nil {
 			return err
@@ -212,7 +210,7 @@ func (b *bench) reset(ctx context.Context) error {
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	return parallel(namespaces, setupWorker, func(i int) error {
+	return harness.Parallel(namespaces, setupWorker, func(i int) error {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName(i), Name: srcName}}
 		return client.IgnoreNotFound(b.client.Delete(ctx, s))
 	})
@@ -412,36 +410,8 @@ func (b *bench) cleanup(ctx context.Context) error {
 	if err := b.reset(ctx); err != nil {
 		return err
 	}
-	err := parallel(namespaces, setupWorker, func(i int) error {
+	err := harness.Parallel(namespaces, setupWorker, func(i int) error {
 		return client.IgnoreNotFound(b.client.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(nsName(i))))
 	})
 	return errors.Join(err, client.IgnoreNotFound(b.client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: srcNamespace, Name: srcName}})))
-}
-
-// parallel runs f(0..n-1), workers at a time, and returns the errors.
-func parallel(n, workers int, f func(i int) error) error {
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range min(workers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
