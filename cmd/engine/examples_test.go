@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,10 +19,10 @@ import (
 // expected.err (exit status 1 and what eval printed on stderr); engine vet
 // of the example must exit the same way. With -update it rewrites them.
 //
-// An example whose sources come from Git keeps each repository's content
-// in git/NAME/ and the arguments that point eval at them in eval.args: the
-// test publishes every git/NAME as NAME.git on a git daemon on 127.0.0.1
-// and replaces $GIT in the arguments with the daemon's URL.
+// An example can list extra eval arguments in eval.args; those that point
+// a git source at $GIT/NAME.git make the test fetch it for real: it
+// publishes the example's local copy NAME/ as NAME.git on a git daemon on
+// 127.0.0.1 and replaces $GIT with the daemon's URL.
 func TestExamples(t *testing.T) {
 	syncs, err := filepath.Glob("../../examples/*/sync.yaml")
 	if err != nil {
@@ -33,7 +34,7 @@ func TestExamples(t *testing.T) {
 	for _, sync := range syncs {
 		dir := filepath.Dir(sync)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			args, fetches := exampleArgs(t, dir)
+			args := exampleArgs(t, dir)
 			var stdout, stderr bytes.Buffer
 			code := run(append([]string{"eval", "-f", sync}, args...), &stdout, &stderr)
 			want, got, wantCode := filepath.Join(dir, "expected.yaml"), stdout.Bytes(), 0
@@ -56,9 +57,6 @@ func TestExamples(t *testing.T) {
 			if !bytes.Equal(b, got) {
 				t.Errorf("output differs from %s (run go test ./cmd/engine -run TestExamples -update to rewrite):\n%s", want, got)
 			}
-			if fetches {
-				return // vet has no --source: it would fetch from the example's hosts
-			}
 			// engine vet agrees: a clean example has no findings, a
 			// failing one has.
 			stdout.Reset()
@@ -71,31 +69,34 @@ func TestExamples(t *testing.T) {
 }
 
 // exampleArgs returns the extra eval arguments of the example in dir, from
-// its eval.args, serving its git/ repositories first; fetches reports
-// whether it fetches from Git.
-func exampleArgs(t *testing.T, dir string) (args []string, fetches bool) {
+// its eval.args. Each $GIT/NAME.git they name is served first: the
+// example's local copy NAME/, published on a git daemon on 127.0.0.1.
+func exampleArgs(t *testing.T, dir string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "eval.args"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false
+		return nil
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	repos, err := filepath.Glob(filepath.Join(dir, "git", "*"))
-	if err != nil {
-		t.Fatal(err)
+	repos := regexp.MustCompile(`\$GIT/([A-Za-z0-9_-]+)\.git`).FindAllStringSubmatch(string(b), -1)
+	if len(repos) == 0 {
+		t.Fatalf("%s/eval.args names no $GIT/NAME.git", dir)
 	}
 	root := t.TempDir()
 	for _, r := range repos {
-		gittest.Publish(t, root, filepath.Base(r), r)
+		if _, err := os.Stat(filepath.Join(root, r[1]+".git")); err != nil {
+			gittest.Publish(t, root, r[1], filepath.Join(dir, r[1]))
+		}
 	}
 	url := gittest.Daemon(t, root)
 	// Fetched repositories are cached under the user cache directory.
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	var args []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 			args = append(args, strings.Fields(strings.ReplaceAll(line, "$GIT", url))...)
 		}
 	}
-	return args, len(repos) > 0
+	return args
 }

@@ -305,26 +305,18 @@ func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, ku
 	return ms, nil
 }
 
-// publishGitSource serves a git source: the example's git/REPO content
-// when it has one for the URL, else its local copy NAME/, which becomes
-// the repository's root.
+// publishGitSource serves a git source from the example's local copy
+// NAME/ (what engine eval reads), published as the root of a repository.
 func publishGitSource(dir, repos, gitURL string, src *v1alpha1.Source) error {
-	repo := strings.TrimSuffix(filepath.Base(src.Git.URL), ".git")
-	content := filepath.Join(dir, "git", repo)
-	if _, err := os.Stat(content); err != nil {
-		repo = filepath.Base(dir) + "-" + src.Name
-		content = filepath.Join(dir, src.Name)
-		src.Git.Path = ""
+	repo := filepath.Base(dir) + "-" + src.Name
+	src.Git.Path = ""
+	scratch, err := os.MkdirTemp("", "demo-publish")
+	if err != nil {
+		return err
 	}
-	if _, err := os.Stat(filepath.Join(repos, repo+".git")); errors.Is(err, os.ErrNotExist) {
-		scratch, err := os.MkdirTemp("", "demo-publish")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(scratch)
-		if _, err := gittest.PublishDir(repos, repo, content, scratch); err != nil {
-			return err
-		}
+	defer os.RemoveAll(scratch)
+	if _, err := gittest.PublishDir(repos, repo, filepath.Join(dir, src.Name), scratch); err != nil {
+		return err
 	}
 	src.Git.URL = gitURL + "/" + repo + ".git"
 	src.Git.Ref = v1alpha1.GitRef{Branch: "main"}
