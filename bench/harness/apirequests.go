@@ -1,118 +1,16 @@
 package harness
 
-import (
-	"bytes"
-	"context"
-	"fmt"
+import "github.com/manifestsync/manifestsync/operator/testenv"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+// The API server's own request counts (apiserver_request_total), which
+// workloads count instead of trusting the code under test: the same
+// reading the operator's tests make.
+type (
+	// APIRequest is a class of requests as the API server labels them.
+	APIRequest = testenv.Request
+	// APIRequests are the API server's request counts by class.
+	APIRequests = testenv.Requests
 )
 
-// APIRequest is a class of requests as the API server labels them in its
-// apiserver_request_total counter.
-type APIRequest struct {
-	Verb        string // GET, LIST, WATCH, POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION
-	DryRun      bool   // the request was a dry run (it changed nothing)
-	Group       string // "" for the core group
-	Resource    string
-	Subresource string
-}
-
-// Write reports whether the request changes something: a dry run does
-// not.
-func (r APIRequest) Write() bool {
-	if r.DryRun {
-		return false
-	}
-	switch r.Verb {
-	case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
-		return true
-	}
-	return false
-}
-
-// APIRequests are the API server's request counts by class.
-type APIRequests map[APIRequest]float64
-
-// ReadAPIRequests reads the API server's own request counts from its
-// /metrics endpoint, so that a workload counts what the server served
-// rather than what the code under test thinks it sent.
-func ReadAPIRequests(ctx context.Context, cfg *rest.Config) (APIRequests, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	return parseAPIRequests(raw)
-}
-
-func parseAPIRequests(raw []byte) (APIRequests, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parsing the API server's metrics: %w", err)
-	}
-	out := APIRequests{}
-	for _, m := range families["apiserver_request_total"].GetMetric() {
-		var r APIRequest
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "verb":
-				r.Verb = l.GetValue()
-			case "dry_run":
-				r.DryRun = l.GetValue() != ""
-			case "group":
-				r.Group = l.GetValue()
-			case "resource":
-				r.Resource = l.GetValue()
-			case "subresource":
-				r.Subresource = l.GetValue()
-			}
-		}
-		out[r] += m.GetCounter().GetValue()
-	}
-	return out, nil
-}
-
-// Sub returns the requests made since before.
-func (r APIRequests) Sub(before APIRequests) APIRequests {
-	out := APIRequests{}
-	for k, v := range r {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
-
-// Count sums the requests for which keep returns true.
-func (r APIRequests) Count(keep func(APIRequest) bool) float64 {
-	var n float64
-	for k, v := range r {
-		if keep(k) {
-			n += v
-		}
-	}
-	return n
-}
-
-// Writes sums the write requests, leaving out the API server's own
-// housekeeping: the leases it renews every few seconds.
-func (r APIRequests) Writes() float64 {
-	return r.Count(func(q APIRequest) bool {
-		return q.Write() && q.Group != "coordination.k8s.io"
-	})
-}
-
-// Housekeeping reports whether the API server makes such requests whatever
-// the workload: the leases it renews every few seconds, and non-resource
-// requests such as the harness reading /metrics.
-func (r APIRequest) Housekeeping() bool {
-	return r.Group == "coordination.k8s.io" || r.Resource == ""
-}
+// ReadAPIRequests reads the API server's request counts from its /metrics.
+var ReadAPIRequests = testenv.ReadRequests

@@ -8,19 +8,25 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
-// Request is a class of API requests, as the API server labels them in
-// its apiserver_request_total counter.
+// Request is a class of requests as the API server labels them in its
+// apiserver_request_total counter.
 type Request struct {
 	Verb        string // GET, LIST, WATCH, POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION
+	DryRun      bool   // the request was a dry run (it changed nothing)
 	Group       string // "" for the core group
 	Resource    string
 	Subresource string
 }
 
-// Write reports whether the request changes something.
+// Write reports whether the request changes something: a dry run does
+// not.
 func (r Request) Write() bool {
+	if r.DryRun {
+		return false
+	}
 	switch r.Verb {
 	case "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
 		return true
@@ -35,7 +41,12 @@ type Requests map[Request]float64
 // endpoint, so that a test measures what the server served rather than
 // what the code under test thinks it sent.
 func (e *Env) Requests(ctx context.Context) (Requests, error) {
-	cs, err := kubernetes.NewForConfig(e.Config)
+	return ReadRequests(ctx, e.Config)
+}
+
+// ReadRequests is Requests for any API server (the benchmarks use it).
+func ReadRequests(ctx context.Context, cfg *rest.Config) (Requests, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -53,16 +64,14 @@ func parseRequests(raw []byte) (Requests, error) {
 		return nil, fmt.Errorf("parsing the API server's metrics: %w", err)
 	}
 	out := Requests{}
-	fam := families["apiserver_request_total"]
-	if fam == nil {
-		return out, nil
-	}
-	for _, m := range fam.GetMetric() {
+	for _, m := range families["apiserver_request_total"].GetMetric() {
 		var r Request
 		for _, l := range m.GetLabel() {
 			switch l.GetName() {
 			case "verb":
 				r.Verb = l.GetValue()
+			case "dry_run":
+				r.DryRun = l.GetValue() != ""
 			case "group":
 				r.Group = l.GetValue()
 			case "resource":
@@ -99,10 +108,16 @@ func (r Requests) Count(keep func(Request) bool) float64 {
 }
 
 // Writes sums the write requests, leaving out the API server's own
-// housekeeping: the leases it renews every few seconds (its identity and
-// the endpoints of the kubernetes Service).
+// housekeeping: the leases it renews every few seconds.
 func (r Requests) Writes() float64 {
 	return r.Count(func(q Request) bool {
 		return q.Write() && q.Group != "coordination.k8s.io"
 	})
+}
+
+// Housekeeping reports whether the API server makes such requests whatever
+// the workload: the leases it renews every few seconds, and non-resource
+// requests such as a test reading /metrics.
+func (r Request) Housekeeping() bool {
+	return r.Group == "coordination.k8s.io" || r.Resource == ""
 }
