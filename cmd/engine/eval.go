@@ -143,10 +143,13 @@ func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
 				return usageErr("--set %q: want KEY=VALUE", kv)
 			}
 			var val any = ""
-			if docs, err := engine.DecodeDocuments([]byte(v)); err == nil && len(docs) == 1 {
+			if v != "" {
+				docs, err := engine.DecodeDocuments([]byte(v))
+				if err != nil || len(docs) != 1 {
+					// A typo must not become a string param silently.
+					return usageErr("--set %s: the value is not one YAML value (quote it to set a string: %s='\"...\"')", kv, k)
+				}
 				val = docs[0].Value
-			} else if v != "" {
-				val = v
 			}
 			if err := setPath(params, strings.Split(k, "."), val); err != nil {
 				return usageErr("--set %s: %v", kv, err)
