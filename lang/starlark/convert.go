@@ -124,8 +124,8 @@ const (
 )
 
 // converter turns Starlark values into Go values within a budget of
-// values converted. Callers measure values first, so the budget is only a
-// backstop.
+// values converted. Callers measure large values first, so the budget
+// bounds the work of converting values that are not measured.
 type converter struct {
 	budget    int64 // values left to convert
 	exhausted bool  // the budget ran out

@@ -148,30 +148,42 @@ func (l Limits) Objects(v starlark.Value) ([]map[string]any, error) {
 		return nil, fmt.Errorf("%s: %d objects: %w", resultName, n,
 			&LimitError{Limit: LimitObjects, Value: strconv.Itoa(l.MaxObjects)})
 	}
-	// Measure first: a lower bound of the JSON size, found without
-	// expanding shared values, rejects oversized results before any
-	// conversion work.
-	var (
-		m    measurer
-		size int64
-	)
-	for i := 0; i < n; i++ {
-		size = satAdd(size, m.measure(elems.Index(i), 0).bytes)
-		if size > l.MaxBytes {
-			return nil, fmt.Errorf("%s [%d]: %w", resultName, i, l.bytesError())
-		}
-	}
+	// Results are converted straight away while they are small. Once
+	// eagerBytes have been converted (or one element alone needs more), the
+	// rest is measured first: a lower bound of its JSON size, found without
+	// expanding shared values, rejects an oversized result before the
+	// conversion spends the whole budget expanding it.
 	objs := make([]map[string]any, 0, n)
 	var total int64
+	measured := false
 	for i := 0; i < n; i++ {
 		d, ok := elems.Index(i).(*starlark.Dict)
 		if !ok {
 			return nil, fmt.Errorf("%s [%d]: got %s, want dict", resultName, i, elems.Index(i).Type())
 		}
+		if !measured && total > eagerBytes {
+			if err := l.measureRest(elems, i, total); err != nil {
+				return nil, err
+			}
+			measured = true
+		}
 		// Every value costs at least one byte of JSON: the remaining
 		// byte budget bounds the conversion's work.
-		c := converter{budget: l.MaxBytes - total}
+		budget := l.MaxBytes - total
+		if !measured {
+			budget = min(budget, eagerBytes+1-total)
+		}
+		c := converter{budget: budget}
 		obj, err := c.fromValue(d, 0)
+		if err != nil && c.exhausted && !measured && budget < l.MaxBytes-total {
+			// Too big to convert unmeasured: measure, then convert again.
+			if err := l.measureRest(elems, i, total); err != nil {
+				return nil, err
+			}
+			measured = true
+			c = converter{budget: l.MaxBytes - total}
+			obj, err = c.fromValue(d, 0)
+		}
 		if err != nil {
 			if c.exhausted {
 				err = l.bytesError()
@@ -185,6 +197,25 @@ func (l Limits) Objects(v starlark.Value) ([]map[string]any, error) {
 		objs = append(objs, obj.(map[string]any))
 	}
 	return objs, nil
+}
+
+// eagerBytes is how much of a result Objects converts before it measures
+// the rest: a transform's usual output, a few objects of a few KiB each,
+// is converted in one pass.
+const eagerBytes = 1 << 20
+
+// measureRest checks that the elements from i on, measured without
+// expanding shared values, fit in what is left of MaxBytes after done.
+func (l Limits) measureRest(elems starlark.Indexable, i int, done int64) error {
+	var m measurer
+	size := done
+	for ; i < elems.Len(); i++ {
+		size = satAdd(size, m.measure(elems.Index(i), 0).bytes)
+		if size > l.MaxBytes {
+			return fmt.Errorf("%s [%d]: %w", resultName, i, l.bytesError())
+		}
+	}
+	return nil
 }
 
 func (l Limits) bytesError() *LimitError {

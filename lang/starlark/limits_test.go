@@ -252,12 +252,15 @@ func TestObjects(t *testing.T) {
 		{name: "bytes", limits: Limits{MaxBytes: 20}, expr: `[{"a": "0123456789"}, {"b": "0123456789"}]`, err: "main() result [1]: size limit of 20 bytes exceeded", limit: LimitBytes},
 		// A value that shares one list 2^60 times is tiny in memory; converting it must stop at the byte limit.
 		{name: "shared", expr: `[{"x": shared}]`, err: "main() result [0]: size limit of 67108864 bytes exceeded", limit: LimitBytes},
+		// Objects of about 260 KiB each, sharing one value: the first ones are
+		// converted, the rest measured before the limit is reached.
+		{name: "shared by many", expr: `[{"x": mid}] * 1000`, err: "main() result [252]: size limit of 67108864 bytes exceeded", limit: LimitBytes},
 	}
-	m := mustLoad(t, New(Options{}), nil, Script{Inline: []byte("shared = [1]\nfor i in range(60):\n    shared = [shared, shared]\n")})
+	m := mustLoad(t, New(Options{}), nil, Script{Inline: []byte("shared = [1]\nfor i in range(60):\n    shared = [shared, shared]\nmid = [\"x\" * 253]\nfor i in range(10):\n    mid = [mid, mid]\n")})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v, err := starlark.EvalOptions(&fileOptions, &starlark.Thread{}, "expr", tt.expr, starlark.StringDict{
-				"struct": starlark.NewBuiltin("struct", starlarkstruct.Make), "shared": m.Globals["shared"],
+				"struct": starlark.NewBuiltin("struct", starlarkstruct.Make), "shared": m.Globals["shared"], "mid": m.Globals["mid"],
 			})
 			if err != nil {
 				t.Fatal(err)
