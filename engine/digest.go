@@ -16,10 +16,24 @@ import (
 // equal digests. v must be JSON-shaped (map[string]any, []any, string, bool,
 // integers, float64, nil) or a type of the engine that encodes as such.
 func digestJSON(v any) (string, error) {
-	b, err := appendCanonical(make([]byte, 0, 1024), v)
+	var c canonical
+	return c.digest(v)
+}
+
+// canonical writes canonical JSON into buffers it keeps, so that digesting
+// every object of a target allocates little but the digests.
+type canonical struct {
+	buf  []byte
+	keys []string // a stack of the keys of the maps being written
+}
+
+// digest is digestJSON with c's buffers.
+func (c *canonical) digest(v any) (string, error) {
+	b, err := c.append(c.buf[:0], v)
 	if err != nil {
 		return "", fmt.Errorf("digest: %w", err)
 	}
+	c.buf = b
 	return digestBytes(b), nil
 }
 
@@ -34,8 +48,12 @@ func digestTyped(v any) (string, error) {
 }
 
 func digestBytes(b []byte) string {
+	const prefix = "sha256:"
 	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
+	var out [len(prefix) + 2*sha256.Size]byte
+	copy(out[:], prefix)
+	hex.Encode(out[len(prefix):], s[:])
+	return string(out[:])
 }
 
 // ObjectDigest returns "sha256:<hex>" over an object's canonical JSON, or
@@ -49,6 +67,11 @@ func ObjectDigest(obj map[string]any) string {
 // left to encoding/json because digests sit on the hot path of every
 // evaluation, and reflection there costs more than the transform itself.
 func appendCanonical(b []byte, v any) ([]byte, error) {
+	var c canonical
+	return c.append(b, v)
+}
+
+func (c *canonical) append(b []byte, v any) ([]byte, error) {
 	var err error
 	switch v := v.(type) {
 	case nil:
@@ -82,7 +105,7 @@ func appendCanonical(b []byte, v any) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if b, err = appendCanonical(b, e); err != nil {
+			if b, err = c.append(b, e); err != nil {
 				return nil, err
 			}
 		}
@@ -97,10 +120,14 @@ func appendCanonical(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, ']'), nil
 	case map[string]any:
-		keys := make([]string, 0, len(v))
+		// The keys go on c's stack; nested maps push theirs above them
+		// (a reallocation leaves these in the old array, still valid). An
+		// error leaves them there, which only wastes the space.
+		start := len(c.keys)
 		for k := range v {
-			keys = append(keys, k)
+			c.keys = append(c.keys, k)
 		}
+		keys := c.keys[start:]
 		slices.Sort(keys)
 		b = append(b, '{')
 		for i, k := range keys {
@@ -109,17 +136,18 @@ func appendCanonical(b []byte, v any) ([]byte, error) {
 			}
 			b = appendString(b, k)
 			b = append(b, ':')
-			if b, err = appendCanonical(b, v[k]); err != nil {
+			if b, err = c.append(b, v[k]); err != nil {
 				return nil, err
 			}
 		}
+		c.keys = c.keys[:start]
 		return append(b, '}'), nil
 	case map[string]string:
 		m := make(map[string]any, len(v))
 		for k, e := range v {
 			m[k] = e
 		}
-		return appendCanonical(b, m)
+		return c.append(b, m)
 	}
 	return nil, fmt.Errorf("cannot digest a %T", v)
 }

@@ -544,15 +544,16 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	sortObjects(objs)
 	res.Objects = objs
 	res.Digests = make([]string, len(objs))
+	var c canonical
 	for i, o := range objs {
-		d, err := digestJSON(o.Object)
+		d, err := c.digest(o.Object)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", describe(o), err))
 		}
 		res.Digests[i] = d
 	}
 	var err error
-	if res.Digest, err = digestJSON(res.Digests); err != nil {
+	if res.Digest, err = c.digest(res.Digests); err != nil {
 		return fail(err)
 	}
 	return res
