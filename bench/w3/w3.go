@@ -19,12 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/engine"
@@ -119,12 +120,16 @@ run()
 `, string(p), n)
 }
 
+// heapProfile is the child's -memprofile.
+var heapProfile string
+
 // child is the process of one tool: engine or go.
 func child(args []string) error {
 	fs := flag.NewFlagSet("w3", flag.ContinueOnError)
 	tool := fs.String("tool", "engine", "engine or go")
 	n := fs.Int("n", Namespaces, "namespaces")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	fs.StringVar(&heapProfile, "memprofile", "", "write a heap profile to this file while the engine's result is live")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -180,7 +185,7 @@ func runEngine(n int) (int, error) {
 	spec := &v1alpha1.ManifestSyncSpec{
 		Sources:   []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "https://git.example.com/app.git"}}},
 		Transform: &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Source: "app", Path: "main.star"}},
-		Params:    &runtime.RawExtension{Raw: raw},
+		Params:    &k8sruntime.RawExtension{Raw: raw},
 	}
 	for i := range n {
 		spec.Targets = append(spec.Targets, v1alpha1.Target{Name: fmt.Sprintf("t%d", i), Namespace: fmt.Sprintf("ns-%d", i)})
@@ -201,5 +206,17 @@ func runEngine(n int) (int, error) {
 	for _, t := range res.Targets {
 		count += len(t.Objects)
 	}
+	if heapProfile != "" {
+		f, err := os.Create(heapProfile)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			return 0, err
+		}
+	}
+	runtime.KeepAlive(res)
 	return count, nil
 }
