@@ -73,7 +73,14 @@ with that kubeconfig's credentials, each request bounded by
 --remote-timeout; an unreachable cluster fails only its own targets. A
 deleted ManifestSync waits at most --deletion-timeout for its objects to
 be pruned. With spec.serviceAccountName, in-cluster reads and writes
-impersonate that account; --require-service-account makes it mandatory.`,
+impersonate that account; --require-service-account makes it mandatory.
+
+A ManifestSync that runs code of its user (a Starlark or CUE transform,
+CUE schemas or policies from a source, a kustomize source) is evaluated in
+an evaluation worker process (--eval-workers of them, each bounded by
+--eval-memory-limit and --eval-timeout), started with the first such
+evaluation. One without (its inputs passed through, the targets' patches,
+builtin schemas) runs none, and is evaluated in the operator's process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runOperator(cmd.Context(), &f)

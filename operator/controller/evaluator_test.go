@@ -5,11 +5,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -134,4 +138,104 @@ func residentSize() (int64, error) {
 		return 0, err
 	}
 	return rss * int64(os.Getpagesize()), nil
+}
+
+// countingEvaluator counts the evaluations it is given.
+type countingEvaluator struct {
+	Evaluator
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countingEvaluator) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Options) (*engine.Result, error) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	return c.Evaluator.Evaluate(ctx, spec, opts)
+}
+
+func (c *countingEvaluator) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+// A ManifestSync that runs no code of the user's is evaluated in the
+// operator's process, and starts no worker (the pool starts its workers
+// with its first evaluation); one with a Starlark transform is evaluated
+// in a worker. Both give the same objects.
+func TestEvaluatorRouting(t *testing.T) {
+	pool, err := worker.New(worker.Options{Workers: 1, Command: []string{os.Args[0]}, Env: []string{evalWorkerEnv + "=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	workers := &countingEvaluator{Evaluator: pool}
+	r := &Reconciler{Options: Options{Evaluator: workers}, Mapper: apimeta.NewDefaultRESTMapper(nil)}
+	secret := map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "tls", "namespace": "home", "resourceVersion": "7"},
+		"data":     map[string]any{"tls.crt": "Y3J0"},
+	}
+	snaps := map[string]*engine.Snapshot{"tls": source.ObjectSnapshot(secret)}
+	plain := v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}}},
+		Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}},
+		Targets: []v1alpha1.Target{{Name: "a", Namespace: "a"}, {Name: "b", Namespace: "b"}},
+	}
+	scripted := *plain.DeepCopy()
+	scripted.Transform = inline("def main(ctx):\n    return ctx.inputs\n")
+
+	ctx := context.Background()
+	var digests [][]string
+	for i, c := range []struct {
+		name  string
+		spec  v1alpha1.ManifestSyncSpec
+		calls int // of the pool, after this evaluation
+	}{
+		{"no transform", plain, 0},
+		{"starlark transform", scripted, 1},
+	} {
+		ms := newSync("home", fmt.Sprintf("routing-%d", i), c.spec)
+		res, err := r.evaluate(ctx, ms, snaps, &syncState{})
+		if err == nil {
+			err = res.Err()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := workers.count(); got != c.calls {
+			t.Errorf("%s: %d evaluations in workers, want %d", c.name, got, c.calls)
+		}
+		var d []string
+		for _, tr := range res.Targets {
+			d = append(d, tr.Digest)
+		}
+		digests = append(digests, d)
+	}
+	if !slices.Equal(digests[0], digests[1]) {
+		t.Errorf("in process %v, in a worker %v", digests[0], digests[1])
+	}
+}
+
+func TestRunsUserCode(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		spec v1alpha1.ManifestSyncSpec
+		want bool
+	}{
+		{"nothing", v1alpha1.ManifestSyncSpec{}, false},
+		{"builtin schemas and patches", v1alpha1.ManifestSyncSpec{
+			Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}},
+			Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "metadata: {labels: {a: b}}"}}}},
+		}, false},
+		{"starlark", v1alpha1.ManifestSyncSpec{Transform: inline("def main(ctx):\n    return []\n")}, true},
+		{"cue", v1alpha1.ManifestSyncSpec{Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{ProgramRef: v1alpha1.ProgramRef{Inline: "objects: []"}}}}, true},
+		{"schemas of a source", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}, {Source: "repo", Path: "policies"}}}, true},
+		{"kustomize", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}}, {Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo"}}}}, true},
+	} {
+		if got := runsUserCode(&c.spec); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }

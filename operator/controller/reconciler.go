@@ -33,7 +33,10 @@ type Options struct {
 	TargetWorkers int
 	// Limits bound every transform; zero fields take the engine's defaults.
 	Limits lstar.Limits
-	// Evaluator runs the evaluations; nil evaluates in this process.
+	// Evaluator runs the evaluations of ManifestSyncs that run code of
+	// the user's (a transform, schemas from a source, kustomize); nil
+	// evaluates them in this process. The others are always evaluated in
+	// this process (see evaluatorFor).
 	Evaluator Evaluator
 	// RetryMin and RetryMax bound the exponential backoff after a failed
 	// sync; default 1s and 5m.
@@ -265,7 +268,7 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 	if st.eval != nil && st.eval.key.equal(key) {
 		return st.eval.result, nil
 	}
-	res, err := r.Options.evaluator().Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	res, err := r.Options.evaluatorFor(&ms.Spec).Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
 	if err == nil && res.Err() == nil {
 		st.eval = &lastEval{key: key, result: res}
 	}
