@@ -24,7 +24,7 @@ var errNotExist = fs.ErrNotExist
 //
 // inputs and sources are built once and frozen, so every target shares them.
 func (e *evaluation) ctxValue(t target) (starlark.Value, error) {
-	params, err := lstar.ToValue(t.params)
+	params, err := t.params.starlark()
 	if err != nil {
 		return nil, fmt.Errorf("ctx.params: %w", err)
 	}

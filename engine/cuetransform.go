@@ -68,7 +68,7 @@ func (e *evaluation) runCUETransform(ctx context.Context, t target) ([]map[strin
 		labels[k] = v
 	}
 	objs, err := e.cueTransform.Eval(ctx, cue.Input{
-		Params: t.params,
+		Params: t.params.m,
 		Target: map[string]any{
 			"name":      t.spec.Name,
 			"namespace": t.namespace,

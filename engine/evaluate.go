@@ -239,7 +239,29 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 type target struct {
 	spec      *v1alpha1.Target
 	namespace string
-	params    map[string]any
+	params    *targetParams
+}
+
+// targetParams are spec.params merged with a target's own. Targets without
+// params of their own share one, so that a transform's ctx.params is made
+// once for all of them.
+type targetParams struct {
+	m map[string]any
+
+	once  sync.Once
+	value starlark.Value // frozen
+	err   error
+}
+
+// starlark returns the params as a frozen Starlark value.
+func (p *targetParams) starlark() (starlark.Value, error) {
+	p.once.Do(func() {
+		p.value, p.err = lstar.ToValue(p.m)
+		if p.err == nil {
+			p.value.Freeze()
+		}
+	})
+	return p.value, p.err
 }
 
 func (e *evaluation) expandTargets() ([]target, error) {
@@ -248,6 +270,7 @@ func (e *evaluation) expandTargets() ([]target, error) {
 		return nil, fmt.Errorf("spec.params: %w", err)
 	}
 	e.params = base
+	shared := &targetParams{m: base}
 	e.patches = map[string][]*patch{}
 	for _, name := range e.opts.Targets {
 		if !slices.ContainsFunc(e.spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name }) {
@@ -264,7 +287,10 @@ func (e *evaluation) expandTargets() ([]target, error) {
 		if err != nil {
 			return nil, fmt.Errorf("spec.targets[%d].params: %w", i, err)
 		}
-		params := mergeParams(base, own)
+		params := shared
+		if len(own) > 0 {
+			params = &targetParams{m: mergeParams(base, own)}
+		}
 		for j, p := range t.Patches {
 			pp, err := parsePatch(p)
 			if err != nil {
