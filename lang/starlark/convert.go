@@ -175,21 +175,7 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 		c.size += int64(len(strconv.AppendFloat(buf[:0], f, 'g', -1, 64)))
 		return f, nil
 	case *starlark.Dict:
-		m := make(map[string]any, v.Len())
-		c.size += 2 + max(int64(v.Len())-1, 0) // braces and commas
-		for key, val := range v.Entries() {
-			k, ok := key.(starlark.String)
-			if !ok {
-				return nil, fmt.Errorf("dict key %s is a %s, want string", key, key.Type())
-			}
-			c.size += jsonStringSize(string(k)) + 1 // and the colon
-			gv, err := c.fromValue(val, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", string(k), err)
-			}
-			m[string(k)] = gv
-		}
-		return m, nil
+		return c.fromDict(v, depth)
 	case *starlarkstruct.Struct:
 		m := make(map[string]any)
 		names := v.AttrNames()
@@ -213,6 +199,30 @@ func (c *converter) fromValue(v starlark.Value, depth int) (any, error) {
 		return c.fromSequence(v, depth)
 	}
 	return nil, fmt.Errorf("cannot convert %s to data", v.Type())
+}
+
+// fromDict converts a dict with string keys. It loops over the keys rather
+// than over Entries, whose closure would cost allocations per dict.
+func (c *converter) fromDict(d *starlark.Dict, depth int) (any, error) {
+	m := make(map[string]any, d.Len())
+	c.size += 2 + max(int64(d.Len())-1, 0) // braces and commas
+	for _, key := range d.Keys() {
+		k, ok := key.(starlark.String)
+		if !ok {
+			return nil, fmt.Errorf("dict key %s is a %s, want string", key, key.Type())
+		}
+		c.size += jsonStringSize(string(k)) + 1 // and the colon
+		val, _, err := d.Get(key)
+		if err != nil {
+			return nil, err
+		}
+		gv, err := c.fromValue(val, depth+1)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", string(k), err)
+		}
+		m[string(k)] = gv
+	}
+	return m, nil
 }
 
 // fromSequence converts a list or tuple. Other Indexables (range, strings)
