@@ -11,7 +11,7 @@ import (
 // can be checked with any JSON tool that sorts keys.
 func TestAppendCanonicalMatchesEncodingJSON(t *testing.T) {
 	for _, v := range []any{
-		nil, true, "", "plain", "quote\" back\\ nl\n tab\t ctl\x01 ünï €", "<a&b>",
+		nil, true, "", "plain", "quote\" back\\ nl\n tab\t ctl\x01 ünï €", "<a&b>", "cr\r bad\xffutf8 \x1f end", "\xe2\x82",
 		int64(-42), 1.5, 1e21, 0.000001,
 		[]any{}, []any{int64(1), "two", nil, []any{false}},
 		map[string]any{}, map[string]any{"b": int64(1), "a": map[string]any{"z": "y", "é": []any{1.25}}},
