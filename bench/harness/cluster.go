@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // Cluster is a local control plane for a workload: etcd and kube-apiserver
@@ -31,7 +32,7 @@ type Cluster struct {
 func StartCluster(dir string) (*Cluster, error) {
 	// envtest logs through controller-runtime; the report is the output.
 	ctrllog.SetLogger(logr.Discard())
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -70,22 +71,3 @@ func StartCluster(dir string) (*Cluster, error) {
 
 // Stop stops the control plane.
 func (c *Cluster) Stop() error { return c.env.Stop() }
-
-// RepoRoot is the nearest directory at or above the working directory that
-// holds go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}

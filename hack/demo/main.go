@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -38,6 +37,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // readyTimeout bounds the wait for Ready under DEMO_EXIT=1.
@@ -53,7 +53,7 @@ func main() {
 }
 
 func run(ctx context.Context, exitWhenReady bool) error {
-	root, err := repoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -453,23 +453,4 @@ func showObjects(ctx context.Context, c client.Client) error {
 		}
 	}
 	return w.Flush()
-}
-
-// repoRoot is the nearest directory at or above the working directory
-// that holds go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -100,7 +100,7 @@ func (e *Env) Need(t testing.TB) {
 // Start starts etcd and kube-apiserver and installs the CRDs of
 // operator/config/crd/bases.
 func Start() (*Env, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -205,9 +205,10 @@ func assetsDir(root string) (string, error) {
 	return dir, nil
 }
 
-// repoRoot is the nearest directory above the working directory that holds
-// go.mod.
-func repoRoot() (string, error) {
+// RepoRoot is the nearest directory at or above the working directory that
+// holds go.mod: the checkout whose assets (bin/envtest) and files the tests,
+// the benchmarks and the demo use.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
