@@ -41,8 +41,11 @@ type Change struct {
 	// Err says why the object failed or conflicts.
 	Err error
 
-	// result is the object sent and, once applied, as the API server
-	// returned it; DryRun compares it with the live object.
+	// result is, in a dry run, the object sent and, once applied, as the
+	// API server returned it; DryRun compares it with the live object.
+	// Real applies keep nothing of it: the outcomes of a sync live until
+	// its status is written, and with thousands of targets the objects
+	// the API server returned would be most of the operator's memory.
 	result *unstructured.Unstructured
 }
 
@@ -183,8 +186,8 @@ func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live 
 	}
 	if a.dryRun {
 		opts = append(opts, client.DryRunAll)
+		ch.result = obj
 	}
-	ch.result = obj
 	if err := a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), opts...); err != nil {
 		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.describe(), err))
 	}
