@@ -20,10 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -165,20 +162,20 @@ func clusterFailure(err error) string {
 type kubeConfigRef struct{ namespace, name, key string }
 
 // remotes builds and caches a client per kubeconfig Secret, rebuilt when
-// the Secret changes. Secrets are watched (their metadata only, from the
-// first remote target on) so that a changed kubeconfig resyncs the
-// ManifestSyncs that use it.
+// the Secret changes. The Secrets of the namespaces of remote targets'
+// ManifestSyncs are watched (their metadata only, from the first remote
+// target on) so that a changed kubeconfig resyncs the ManifestSyncs that
+// use it.
 type remotes struct {
-	meta    client.Reader // Secret metadata, from the manager's cache
 	bodies  client.Reader // Secret bodies, from the API server
 	scheme  *runtime.Scheme
 	timeout time.Duration
-	// watch starts the watch of Secrets; called until it succeeds.
-	watch func() error
+	// watch watches the Secrets of a namespace, on first use, and returns
+	// the cache of their metadata.
+	watch func(namespace string) (client.Reader, error)
 
-	mu       sync.Mutex
-	watching bool
-	clients  map[kubeConfigRef]*remoteClient
+	mu      sync.Mutex
+	clients map[kubeConfigRef]*remoteClient
 }
 
 type remoteClient struct {
@@ -189,13 +186,14 @@ type remoteClient struct {
 // get returns the client of the kubeconfig ref, building it when the
 // Secret is new or changed.
 func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (client.Client, error) {
-	if err := rs.startWatch(); err != nil {
+	secrets, err := rs.watch(ref.namespace)
+	if err != nil {
 		return nil, fmt.Errorf("watching kubeconfig Secrets: %w", err)
 	}
 	key := client.ObjectKey{Namespace: ref.namespace, Name: ref.name}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err := rs.meta.Get(ctx, key, meta)
+	err = secrets.Get(ctx, key, meta)
 	rs.mu.Lock()
 	cached := rs.clients[ref]
 	rs.mu.Unlock()
@@ -228,19 +226,6 @@ func (rs *remotes) forget(ref kubeConfigRef) {
 	rs.mu.Lock()
 	delete(rs.clients, ref)
 	rs.mu.Unlock()
-}
-
-func (rs *remotes) startWatch() error {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.watching || rs.watch == nil {
-		return nil
-	}
-	if err := rs.watch(); err != nil {
-		return err
-	}
-	rs.watching = true
-	return nil
 }
 
 // build makes a client from a kubeconfig. Requests time out quickly, so
@@ -277,7 +262,7 @@ func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
 
 // setupClusters prepares remote clusters and tenancy: the clients' caches,
 // the index of kubeconfig Secrets, and the watch of Secrets (started on
-// first use, so that an operator without remote targets watches none).
+// first use, in the namespaces of remote targets' ManifestSyncs only).
 func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexKubeConfigs, func(o client.Object) []string {
 		return kubeConfigKeys(o.(*v1alpha1.ManifestSync))
@@ -286,16 +271,12 @@ func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error 
 	}
 	r.accounts = &accounts{config: mgr.GetConfig(), scheme: mgr.GetScheme(), mapper: r.Mapper, clients: map[string]client.Client{}}
 	r.remotes = &remotes{
-		meta:    r.Client,
 		bodies:  r.APIReader,
 		scheme:  mgr.GetScheme(),
 		timeout: r.Options.remoteTimeout(),
 		clients: map[kubeConfigRef]*remoteClient{},
-		watch: func() error {
-			secret := &metav1.PartialObjectMetadata{}
-			secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-			return r.watches.ctrl.Watch(source.Kind[client.Object](r.watches.cache, secret,
-				handler.EnqueueRequestsFromMapFunc(r.forKubeConfig), predicate.ResourceVersionChangedPredicate{}))
+		watch: func(namespace string) (client.Reader, error) {
+			return r.watches.kubeConfigs(namespace, r.forKubeConfig)
 		},
 	}
 	return nil

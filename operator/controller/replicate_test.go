@@ -63,6 +63,17 @@ func TestSecretReplicatedToNamespaces(t *testing.T) {
 	if got.Status.TargetsSummary != "3/3" || !strings.HasPrefix(got.Status.ShortRevision, "sha256:") {
 		t.Errorf("summary %q, short revision %q", got.Status.TargetsSummary, got.Status.ShortRevision)
 	}
+	// The source's kind is watched in its namespace only: the operator
+	// holds the metadata of no other namespace's Secrets.
+	w := reconciler.watches
+	w.mu.Lock()
+	_, cached := w.namespaces[home]
+	watched := w.started[watchKey{gvk: corev1.SchemeGroupVersion.WithKind("Secret"), namespace: home, purpose: watchSources}]
+	_, cachedOther := w.namespaces[nss[0]]
+	w.mu.Unlock()
+	if !cached || !watched || cachedOther {
+		t.Errorf("Secrets of the source's namespace watched: %v (cached %v); a target's namespace cached: %v", watched, cached, cachedOther)
+	}
 
 	// The source changes: every copy follows without waiting for the
 	// interval.

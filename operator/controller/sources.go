@@ -95,13 +95,14 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	if err != nil {
 		return nil, err
 	}
-	if err := r.watches.source(ctx, ref.gvk); err != nil {
+	cached, err := r.watches.source(ctx, ref.gvk, ref.namespace)
+	if err != nil {
 		return nil, fmt.Errorf("%s: watching: %w", ref, err)
 	}
 	key := client.ObjectKey{Namespace: ref.namespace, Name: ref.name}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(ref.gvk)
-	if err := r.Client.Get(ctx, key, meta); err == nil {
+	if err := cached.Get(ctx, key, meta); err == nil {
 		if snap := st.sources[ref]; snap != nil && snap.Revision == "resourceVersion:"+meta.ResourceVersion {
 			if err := allowed(ms, ref, meta.Annotations); err != nil {
 				return nil, err

@@ -103,12 +103,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.watches = &watches{
 		ctrl:         c,
-		cache:        mgr.GetCache(),
 		managedCache: managed,
 		mapper:       mgr.GetRESTMapper(),
 		forSource:    r.forSource,
 		forOwner:     r.Options.ownerRequests,
-		started:      map[watchKey]bool{},
+		newCache: func(namespace string) (cache.Cache, error) {
+			c, err := cache.New(mgr.GetConfig(), cache.Options{
+				HTTPClient:        mgr.GetHTTPClient(),
+				Scheme:            mgr.GetScheme(),
+				Mapper:            mgr.GetRESTMapper(),
+				DefaultNamespaces: map[string]cache.Config{namespace: {}},
+				DefaultTransform:  cache.TransformStripManagedFields(),
+			})
+			if err != nil {
+				return nil, fmt.Errorf("creating the cache of namespace %q: %w", namespace, err)
+			}
+			// Started at once when the manager runs already.
+			return c, mgr.Add(cacheRunnable{c})
+		},
+		started:    map[watchKey]bool{},
+		namespaces: map[string]cache.Cache{},
 	}
 	return r.setupClusters(ctx, mgr)
 }
@@ -181,36 +195,78 @@ func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.
 
 // watches starts, once per kind and on first use, the metadata-only
 // watches the controller needs beyond its static ones: the kinds of object
-// sources (in the manager's cache) and the kinds of managed objects (in
-// the owner-labelled cache).
+// sources and of kubeconfig Secrets, in the namespaces they live in (a
+// cache per namespace), and the kinds of managed objects (in the
+// owner-labelled cache). Nothing is watched cluster-wide for a source:
+// the operator holds the metadata of the namespaces that hold sources,
+// not that of every Secret of the cluster.
 type watches struct {
 	ctrl         controller.Controller
-	cache        cache.Cache
 	managedCache cache.Cache
 	mapper       apimeta.RESTMapper
 	forSource    func(schema.GroupVersionKind) handler.MapFunc
 	forOwner     handler.MapFunc // the ManifestSync of one of our objects
+	// newCache makes and starts the cache of one namespace's objects.
+	newCache func(namespace string) (cache.Cache, error)
 
-	mu      sync.Mutex
-	started map[watchKey]bool
+	mu         sync.Mutex
+	started    map[watchKey]bool
+	namespaces map[string]cache.Cache // by namespace, made by newCache
 }
 
+// watchKey is one watch: of a kind of managed objects, or of a kind in a
+// namespace, for a purpose.
 type watchKey struct {
-	gvk     schema.GroupVersionKind
-	managed bool
+	gvk       schema.GroupVersionKind
+	namespace string
+	purpose   watchPurpose
 }
 
-// source watches the objects of kind gvk, for object sources.
-func (w *watches) source(ctx context.Context, gvk schema.GroupVersionKind) error {
-	return w.start(ctx, watchKey{gvk: gvk}, w.cache, handler.EnqueueRequestsFromMapFunc(w.forSource(gvk)))
+type watchPurpose int
+
+const (
+	watchSources watchPurpose = iota
+	watchKubeConfigs
+	watchManaged
+)
+
+// source watches the objects of kind gvk in namespace, for object
+// sources, and returns the cache of their metadata.
+func (w *watches) source(ctx context.Context, gvk schema.GroupVersionKind, namespace string) (client.Reader, error) {
+	return w.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchSources}, handler.EnqueueRequestsFromMapFunc(w.forSource(gvk)))
+}
+
+// kubeConfigs watches the Secrets of namespace, for the kubeconfigs of
+// remote targets: h maps a changed one to the ManifestSyncs that use it.
+// It returns the cache of their metadata.
+func (w *watches) kubeConfigs(namespace string, h handler.MapFunc) (client.Reader, error) {
+	key := watchKey{gvk: corev1.SchemeGroupVersion.WithKind("Secret"), namespace: namespace, purpose: watchKubeConfigs}
+	return w.inNamespace(key, handler.EnqueueRequestsFromMapFunc(h), predicate.ResourceVersionChangedPredicate{})
 }
 
 // managed watches our objects of kind gvk, for drift.
 func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) error {
-	return w.start(ctx, watchKey{gvk: gvk, managed: true}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner))
+	return w.start(watchKey{gvk: gvk, purpose: watchManaged}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner))
 }
 
-func (w *watches) start(_ context.Context, key watchKey, c cache.Cache, h handler.EventHandler) error {
+// inNamespace starts the watch key of a kind in its namespace's cache,
+// made on first use, and returns that cache.
+func (w *watches) inNamespace(key watchKey, h handler.EventHandler, preds ...predicate.Predicate) (client.Reader, error) {
+	w.mu.Lock()
+	c := w.namespaces[key.namespace]
+	if c == nil {
+		var err error
+		if c, err = w.newCache(key.namespace); err != nil {
+			w.mu.Unlock()
+			return nil, err
+		}
+		w.namespaces[key.namespace] = c
+	}
+	w.mu.Unlock()
+	return c, w.start(key, c, h, preds...)
+}
+
+func (w *watches) start(key watchKey, c cache.Cache, h handler.EventHandler, preds ...predicate.Predicate) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started[key] {
@@ -222,7 +278,7 @@ func (w *watches) start(_ context.Context, key watchKey, c cache.Cache, h handle
 	}
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(key.gvk)
-	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h)); err != nil {
+	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h, preds...)); err != nil {
 		return err
 	}
 	w.started[key] = true
