@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,8 +63,10 @@ const (
 )
 
 // OperatorFlags are the flags `engine operator` runs with, beyond the
-// kubeconfig and disabled endpoints: its defaults.
-var OperatorFlags []string
+// kubeconfig and disabled endpoints: none (its defaults), unless
+// $BENCH_W6_OPERATOR_FLAGS adds some, separated by spaces, such as
+// "--pprof-bind-address 127.0.0.1:6060" to profile it.
+var OperatorFlags = strings.Fields(os.Getenv("BENCH_W6_OPERATOR_FLAGS"))
 
 func nsName(i int) string { return fmt.Sprintf("bench-w6-%04d", i) }
 

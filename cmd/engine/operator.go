@@ -30,6 +30,7 @@ type operatorFlags struct {
 	kubeconfig     string
 	metricsAddr    string
 	probeAddr      string
+	pprofAddr      string
 	webhookAddr    string
 	leaderElect    bool
 	leaderElectNS  string
@@ -90,6 +91,7 @@ builtin schemas) runs none, and is evaluated in the operator's process.`,
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; default: in-cluster, $KUBECONFIG or ~/.kube/config")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fl.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
+	fl.StringVar(&f.pprofAddr, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof/ endpoints, such as "127.0.0.1:6060"; "0" disables them (profiles show what the operator holds: do not expose them)`)
 	fl.StringVar(&f.webhookAddr, "webhook-bind-address", "0", `address of the Git webhook receiver (plain HTTP), such as ":9443"; "0" disables it`)
 	fl.StringVar(&f.reconcilerOpts.InstanceID, "instance-id", "", "identity of this operator among several writing to the same clusters; part of its field manager and owner label")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
@@ -151,6 +153,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:  f.probeAddr,
+		PprofBindAddress:        f.pprofAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "manifestsync.dev",
 		LeaderElectionNamespace: f.leaderElectNS,
