@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -55,10 +57,17 @@ func ChildCommand(name string, args ...string) (*exec.Cmd, error) {
 
 // Process is one measured run of a command.
 type Process struct {
-	Wall   time.Duration
-	RSS    int64 // peak resident set, bytes
+	Wall time.Duration
+	RSS  int64 // peak resident set, bytes
+	// Anon is the peak of the anonymous part of the resident set (heap,
+	// stacks: what the program allocated, not the pages of its binary),
+	// sampled every sampleInterval; 0 where /proc cannot tell.
+	Anon   int64
 	Output []byte
 }
+
+// sampleInterval is how often RunProcess reads a process's memory.
+const sampleInterval = 5 * time.Millisecond
 
 // RunProcess runs cmd to its end and returns its wall time, peak RSS and
 // combined output.
@@ -66,13 +75,54 @@ func RunProcess(cmd *exec.Cmd) (Process, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return Process{}, fmt.Errorf("%s: %w", cmd, err)
+	}
+	done := make(chan struct{})
+	anon := make(chan int64, 1)
+	go func() {
+		var peak int64
+		tick := time.NewTicker(sampleInterval)
+		defer tick.Stop()
+		for {
+			if n, err := ProcStatus(cmd.Process.Pid, "RssAnon"); err == nil {
+				peak = max(peak, n)
+			}
+			select {
+			case <-done:
+				anon <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	wall := time.Since(start)
+	close(done)
+	p := Process{Wall: wall, Anon: <-anon, Output: out.Bytes()}
+	if err != nil {
 		return Process{}, fmt.Errorf("%s: %w\n%s", cmd, err, out.Bytes())
 	}
-	wall := time.Since(start)
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
 		return Process{}, errors.New("no resource usage on this platform")
 	}
-	return Process{Wall: wall, RSS: ru.Maxrss << 10, Output: out.Bytes()}, nil // Maxrss is in KiB on Linux
+	p.RSS = ru.Maxrss << 10 // Maxrss is in KiB on Linux
+	return p, nil
+}
+
+// ProcStatus reads a memory field of /proc/PID/status, such as VmRSS,
+// VmHWM or RssAnon, in bytes.
+func ProcStatus(pid int, field string) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(raw)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }

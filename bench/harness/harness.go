@@ -23,7 +23,9 @@ type Row struct {
 	RatioMin, RatioMax float64
 	Target             string // "≤ 1.3× floor", "= 0"
 	Pass               bool
-	Note               string // what limits it, when it misses
+	// Reported marks a row without a target: reported, not judged.
+	Reported bool
+	Note     string // what limits it, when it misses
 }
 
 // Ratio is Ours/Base, or 0 when there is no baseline.
@@ -53,10 +55,15 @@ func Rounds(rounds int, ours func() (float64, error), baselines ...func() (float
 }
 
 // Compare makes a row of ours against one baseline from their runs, pass
-// deciding from the medians' ratio whether the target is met.
+// deciding from the medians' ratio whether the target is met; a nil pass
+// makes a row that is only reported.
 func Compare(workload, metric, unit string, ours, base []float64, baseline, target string, pass func(ratio float64) bool) Row {
 	r := Row{Workload: workload, Metric: metric, Unit: unit, Ours: Median(ours), Baseline: baseline, Base: Median(base), Target: target}
 	r.RatioMin, r.RatioMax = ratioRange(ours, base)
+	if pass == nil {
+		r.Pass, r.Reported = true, true
+		return r
+	}
 	r.Pass = pass(r.Ratio())
 	return r
 }

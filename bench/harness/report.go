@@ -41,6 +41,9 @@ func (r *Report) Write(w io.Writer) error {
 			base = Format(row.Base, row.Unit)
 		}
 		result := "PASS"
+		if row.Reported {
+			result = "—"
+		}
 		if !row.Pass {
 			result = "**FAIL**"
 		}
