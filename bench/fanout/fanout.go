@@ -98,8 +98,7 @@ func Setup(ctx context.Context, c *harness.Cluster, engineBin, kubectl, dir stri
 	if _, err := cs.CoreV1().Secrets(home).Create(ctx, src, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	f.op, err = harness.StartOperator(ctx, c, engineBin, dir+"/operator.log",
-		"--target-concurrency", fmt.Sprint(Workers), "--kube-api-qps", "2000", "--kube-api-burst", "4000")
+	f.op, err = harness.StartOperator(ctx, c, engineBin, dir+"/operator.log", "--target-concurrency", fmt.Sprint(Workers))
 	if err != nil {
 		return nil, err
 	}

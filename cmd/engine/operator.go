@@ -98,8 +98,8 @@ builtin schemas) runs none, and is evaluated in the operator's process.`,
 	fl.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease; default: the pod's")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
 	fl.IntVar(&f.targetWorkers, "target-concurrency", 4, "targets of one ManifestSync applied at once")
-	fl.Float32Var(&f.qps, "kube-api-qps", 100, "client-side limit of API requests per second")
-	fl.IntVar(&f.burst, "kube-api-burst", 200, "client-side burst of API requests")
+	fl.Float32Var(&f.qps, "kube-api-qps", 0, "client-side limit of API requests per second, to each cluster; 0 (or less) sets none, leaving the API server's Priority and Fairness to protect it")
+	fl.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests, with --kube-api-qps; 0 is twice --kube-api-qps")
 	fl.DurationVar(&f.reconcilerOpts.RemoteTimeout, "remote-timeout", 10*time.Second, "timeout of every request to a remote cluster (targets[].cluster)")
 	fl.DurationVar(&f.reconcilerOpts.DeletionTimeout, "deletion-timeout", 5*time.Minute,
 		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
@@ -139,7 +139,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err != nil {
 		return usageErr("operator: %v", err)
 	}
-	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.QPS, cfg.Burst = clientLimits(f.qps, f.burst)
 	cfg.UserAgent = programName + "-operator/" + buildVersion()
 
 	scheme := runtime.NewScheme()
@@ -190,6 +190,22 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
 	return nil
+}
+
+// clientLimits are the rest.Config QPS and Burst of the flags: no
+// client-side limit unless --kube-api-qps sets a positive one (client-go
+// reads a QPS of 0 as its default of 5 requests per second, and a negative
+// one as none).
+// Requests in flight are bounded by --concurrency and --target-concurrency
+// already, and the API server's Priority and Fairness protects it.
+func clientLimits(qps float32, burst int) (float32, int) {
+	if qps <= 0 {
+		return -1, 0
+	}
+	if burst <= 0 {
+		burst = max(1, int(2*qps))
+	}
+	return qps, burst
 }
 
 // restConfig loads the kubeconfig file when one is given, else the usual

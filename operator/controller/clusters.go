@@ -170,6 +170,10 @@ type remotes struct {
 	bodies  client.Reader // Secret bodies, from the API server
 	scheme  *runtime.Scheme
 	timeout time.Duration
+	// qps and burst are the client-side limit of the operator's own
+	// client (rest.Config's): none unless one was asked for.
+	qps   float32
+	burst int
 	// watch watches the Secrets of a namespace, on first use, and returns
 	// the cache of their metadata.
 	watch func(namespace string) (client.Reader, error)
@@ -247,7 +251,7 @@ func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
 		return nil, errors.New("kubeconfig names files; only inline credentials and certificates are allowed")
 	}
 	cfg.Timeout = rs.timeout
-	cfg.QPS, cfg.Burst = 100, 200
+	cfg.QPS, cfg.Burst = rs.qps, rs.burst
 	cfg.UserAgent = FieldManager + "-operator"
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -274,6 +278,8 @@ func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error 
 		bodies:  r.APIReader,
 		scheme:  mgr.GetScheme(),
 		timeout: r.Options.remoteTimeout(),
+		qps:     mgr.GetConfig().QPS,
+		burst:   mgr.GetConfig().Burst,
 		clients: map[kubeConfigRef]*remoteClient{},
 		watch: func(namespace string) (client.Reader, error) {
 			return r.watches.kubeConfigs(namespace, r.forKubeConfig)
