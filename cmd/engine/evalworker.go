@@ -49,6 +49,17 @@ func addEvalWorkerFlags(fl interface {
 	fl.BoolVar(&f.inProcess, "eval-in-process", false, "evaluate in the operator's process: no worker processes, and no memory limit")
 }
 
+// budget is how much memory the evaluation workers may use together, in
+// bytes: 0 with --eval-in-process or a limit that does not parse (which
+// evaluator refuses).
+func (f *evalWorkerFlags) budget() int64 {
+	q, err := resource.ParseQuantity(f.memoryLimit)
+	if f.inProcess || err != nil {
+		return 0
+	}
+	return int64(max(f.workers, 0)) * q.Value()
+}
+
 // evaluator returns the pool of workers the flags ask for (nil with
 // --eval-in-process: the reconciler then evaluates in process) and how
 // to stop it.
