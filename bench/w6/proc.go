@@ -1,33 +1,15 @@
 package w6
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-)
 
-// statusBytes reads a field such as VmRSS or VmHWM of /proc/PID/status, in
-// bytes.
-func statusBytes(pid int, field string) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
-}
+	"github.com/manifestsync/manifestsync/bench/harness"
+)
 
 // descendants are the processes below pid.
 func descendants(pid int) []int {
@@ -65,7 +47,10 @@ func descendants(pid int) []int {
 
 // rssSampler follows the resident set of a process and its descendants
 // (the operator's evaluation workers): the peak of their sum, sampled
-// every interval, and the process's own peak as the kernel counts it.
+// every interval, and the process's own peak as the kernel counts it. It
+// splits the resident set too: the anonymous part (RssAnon: heap, stacks,
+// what the programs allocate) and, of the process itself, the file-backed
+// part (RssFile: mostly its executable's pages).
 type rssSampler struct {
 	pid  int
 	stop chan struct{}
@@ -74,6 +59,8 @@ type rssSampler struct {
 	mu       sync.Mutex
 	peakTree int64
 	peakKids int64 // of the descendants' sum
+	peakAnon int64 // of the sum of the tree's RssAnon
+	peakFile int64 // of the process's own RssFile
 	children bool
 }
 
@@ -95,27 +82,36 @@ func sampleRSS(pid int, interval time.Duration) *rssSampler {
 }
 
 func (s *rssSampler) sample() {
-	sum, err := statusBytes(s.pid, "VmRSS")
+	sum, err := harness.ProcStatus(s.pid, "VmRSS")
 	if err != nil {
 		return
 	}
+	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
+	file, _ := harness.ProcStatus(s.pid, "RssFile")
 	kids := descendants(s.pid)
 	var kidsSum int64
 	for _, k := range kids {
-		if n, err := statusBytes(k, "VmRSS"); err == nil {
+		if n, err := harness.ProcStatus(k, "VmRSS"); err == nil {
 			kidsSum += n
+		}
+		if n, err := harness.ProcStatus(k, "RssAnon"); err == nil {
+			anon += n
 		}
 	}
 	s.mu.Lock()
 	s.peakTree = max(s.peakTree, sum+kidsSum)
 	s.peakKids = max(s.peakKids, kidsSum)
+	s.peakAnon = max(s.peakAnon, anon)
+	s.peakFile = max(s.peakFile, file)
 	s.children = s.children || len(kids) > 0
 	s.mu.Unlock()
 }
 
-// peaks is what an rssSampler found.
+// peaks is what an rssSampler found, in bytes.
 type peaks struct {
-	total, own, children int64 // bytes
+	total, own, children int64
+	anon                 int64 // the tree's anonymous memory
+	file                 int64 // the process's own file-backed pages
 }
 
 // finish stops sampling and returns the peaks: in total the larger of the
@@ -125,8 +121,8 @@ func (s *rssSampler) finish() (peaks, error) {
 	s.sample()
 	close(s.stop)
 	s.wg.Wait()
-	hwm, err := statusBytes(s.pid, "VmHWM")
+	hwm, err := harness.ProcStatus(s.pid, "VmHWM")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return peaks{total: max(s.peakTree, hwm), own: hwm, children: s.peakKids}, err
+	return peaks{total: max(s.peakTree, hwm), own: hwm, children: s.peakKids, anon: s.peakAnon, file: s.peakFile}, err
 }
