@@ -119,13 +119,13 @@ func (b *bench) rows(runs [][]float64) []harness.Row {
 	ready.Pass = ready.Ours <= 5
 	anon := harness.Compare(workload, "peak anonymous memory (RssAnon, operator + eval workers)", "MiB", b.anon[0], b.anon[1], baseline, "reported", nil)
 	if !rss.Pass {
-		workers := "no evaluation worker started (this ManifestSync runs no program of its user)"
+		workers := "No evaluation worker started (this ManifestSync runs no program of its user)"
 		if k := harness.Median(b.kids); k > 0 {
-			workers = fmt.Sprintf("its evaluation worker processes (--eval-workers, each a whole engine binary) peak at %.1f MiB together", k)
+			workers = fmt.Sprintf("Its evaluation worker processes (--eval-workers, each a whole engine binary) peak at %.1f MiB together", k)
 		}
-		rss.Note = fmt.Sprintf("median %.1f MiB against %.1f MiB. The resident sets include the pages of each side's executable, which this machine's kernel maps whole: "+
-			"of the operator's own peak (%.1f MiB), %.1f MiB are file-backed (RssFile; bin/engine is %.0f MiB on disk), and its anonymous memory (heap, stacks) peaks at %.1f MiB; "+
-			"the baseline's executable (%.0f MiB on disk) holds %.1f MiB of its resident set, its anonymous memory peaks at %.1f MiB. "+
+		rss.Note = fmt.Sprintf("median %.1f MiB against %.1f MiB. The resident sets include file-backed pages (RssFile), mostly those of each side's executable, which this machine's kernel maps in large folios: "+
+			"of the operator's own peak (%.1f MiB), %.1f MiB are file-backed (bin/engine is %.0f MiB on disk), and its anonymous memory (heap, stacks) peaks at %.1f MiB; "+
+			"the baseline's executable is %.0f MiB on disk, %.1f MiB of its resident set are file-backed, and its anonymous memory peaks at %.1f MiB. "+
 			"%s. The operator caches the metadata of the 1,000 namespaces, of its 1,000 copies and of the source's namespace's Secrets, the ManifestSync (whose status and inventory list 1,000 targets) and the evaluation result of 1,000 objects",
 			rss.Ours, rss.Base, harness.Median(b.own), harness.Median(b.file[0]), fileMiB(b.engine), anon.Ours,
 			fileMiB(b.naiveBin), harness.Median(b.file[1]), anon.Base, workers)
