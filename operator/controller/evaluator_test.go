@@ -33,7 +33,8 @@ func init() {
 	}
 }
 
-// evaluators is the test operator's Evaluator: a ManifestSync whose params
+// evaluators is the test operator's Evaluator, which it is given only
+// the ManifestSyncs that run user code (evaluatorFor): one whose params
 // have "evalWorker" evaluates in a pool of worker processes with the
 // default memory limit, as under `engine operator`; the others evaluate
 // in process.
