@@ -28,7 +28,7 @@ func Serve(r io.Reader, w io.Writer) error {
 	if m.Config == nil {
 		return errors.New("eval worker: the first message is not the config")
 	}
-	as, err := bound(m.Config.MemoryLimit)
+	as, err := LimitProcess(m.Config.MemoryLimit)
 	if err != nil {
 		return fmt.Errorf("eval worker: %w", err)
 	}
@@ -58,20 +58,31 @@ func Serve(r io.Reader, w io.Writer) error {
 	}
 }
 
-// bound limits the process's memory to limit bytes (beyond what it has
-// mapped already): a hard address-space limit, so that one huge
-// allocation fails at once, and the Go runtime's soft limit, so that the
-// collector works hard before the parent's watchdog has to step in.
-func bound(limit int64) (addressSpace uint64, err error) {
+// LimitProcess sets up the process as a worker runs, before its first
+// evaluation: its memory limited to limit bytes (beyond what it has mapped
+// already) by a hard address-space limit, so that one huge allocation
+// fails at once, and by the Go runtime's soft limit, so that the collector
+// works hard before the parent's watchdog has to step in. Within that
+// bound an evaluation is a short batch job that keeps its result to the
+// end: the collector runs at GOGC 400 unless $GOGC says otherwise, trading
+// memory that the limit caps for less time spent collecting.
+// It returns the address-space limit set (0 when none is).
+func LimitProcess(limit int64) (addressSpace uint64, err error) {
 	if limit <= 0 {
 		return 0, nil
 	}
 	debug.SetMemoryLimit(limit)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(workerGCPercent)
+	}
 	if raceEnabled {
 		return 0, nil
 	}
 	return limitAddressSpace(uint64(limit))
 }
+
+// workerGCPercent is a worker's GOGC, unless the environment sets one.
+const workerGCPercent = 400
 
 // server is one worker's state; the engine evaluates targets concurrently,
 // so scope questions are serialised.
