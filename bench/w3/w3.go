@@ -1,7 +1,8 @@
 // Package w3 is workload W3 of the benchmarks: one Starlark transform
 // rendering ten objects for each of 1,000 namespaces. It runs, alternately
 // and each as a process of its own, ManifestSync's engine (the transform
-// once per target, as the operator runs it), the starlark command
+// once per target, as the operator runs it: in a process set up as an
+// eval worker sets itself up, worker.LimitProcess), the starlark command
 // (go.starlark.net/cmd/starlark, at the version ManifestSync uses) running
 // the same render function over the same namespaces and encoding every
 // object to JSON, and the same logic written in plain Go.
@@ -30,6 +31,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -184,7 +186,10 @@ func child(args []string) error {
 	case *n == 0:
 		// Only the process start, which Run subtracts.
 	case *tool == "engine":
-		count, err = runEngine(*n)
+		// As the operator runs it: in an eval worker's process.
+		if _, err = worker.LimitProcess(worker.DefaultMemoryLimit); err == nil {
+			count, err = runEngine(*n)
+		}
 	default:
 		count, err = runGo(*n)
 	}
