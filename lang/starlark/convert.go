@@ -270,12 +270,18 @@ func sortedKeys[V any](m map[string]V) []string {
 func jsonStringSize(s string) int64 {
 	n := int64(len(s)) + 2
 	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case b == '"' || b == '\\' || b == '\n' || b == '\r' || b == '\t':
-			n++
-		case b < 0x20:
-			n += 5
-		}
+		n += int64(jsonEscapeExtra[s[i]])
 	}
 	return n
 }
+
+// jsonEscapeExtra is how many bytes escaping adds to a byte of a JSON string.
+var jsonEscapeExtra = func() (t [256]uint8) {
+	for b := range 0x20 {
+		t[b] = 5 // \u00XX
+	}
+	for _, b := range []byte{'"', '\\', '\n', '\r', '\t'} {
+		t[b] = 1
+	}
+	return t
+}()
