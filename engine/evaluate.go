@@ -516,6 +516,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		if err != nil {
 			return fail(err)
 		}
+		objs = make([]*unstructured.Unstructured, 0, len(raw))
 		for _, m := range raw {
 			objs = append(objs, &unstructured.Unstructured{Object: m})
 		}
@@ -537,7 +538,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			return fail(fmt.Errorf("patch: %w", err))
 		}
 	}
-	seen := map[string]int{}
+	seen := make(map[string]int, len(objs))
 	for i, o := range objs {
 		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))

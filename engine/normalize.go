@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -130,25 +132,30 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 
 // sortObjects orders objects for applying: by kind rank, then group, kind,
 // namespace and name, so that the order never depends on the transform's.
+// Each object's key is read once, not at every comparison.
 func sortObjects(objs []*unstructured.Unstructured) {
-	sort.SliceStable(objs, func(i, j int) bool {
-		a, b := objs[i], objs[j]
-		ra, rb := rank(a.GetKind()), rank(b.GetKind())
-		if ra != rb {
-			return ra < rb
-		}
-		ga, gb := a.GroupVersionKind(), b.GroupVersionKind()
-		if ga.Group != gb.Group {
-			return ga.Group < gb.Group
-		}
-		if ga.Kind != gb.Kind {
-			return ga.Kind < gb.Kind
-		}
-		if a.GetNamespace() != b.GetNamespace() {
-			return a.GetNamespace() < b.GetNamespace()
-		}
-		return a.GetName() < b.GetName()
+	type keyed struct {
+		rank                  int
+		group, kind, ns, name string
+		obj                   *unstructured.Unstructured
+	}
+	ks := make([]keyed, len(objs))
+	for i, o := range objs {
+		gvk := o.GroupVersionKind()
+		ks[i] = keyed{rank(gvk.Kind), gvk.Group, gvk.Kind, o.GetNamespace(), o.GetName(), o}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		return cmp.Or(
+			cmp.Compare(a.rank, b.rank),
+			strings.Compare(a.group, b.group),
+			strings.Compare(a.kind, b.kind),
+			strings.Compare(a.ns, b.ns),
+			strings.Compare(a.name, b.name),
+		)
 	})
+	for i, k := range ks {
+		objs[i] = k.obj
+	}
 }
 
 func rank(kind string) int {
