@@ -9,13 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // timeout bounds every wait for the operator.
@@ -23,20 +23,7 @@ const timeout = 10 * time.Second
 
 // eventually calls cond every 50ms until it returns nil, and fails the test
 // with its last error when within has passed.
-func eventually(t testing.TB, within time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var eventually = testenv.Eventually
 
 // inline is a Starlark transform written in the spec.
 func inline(script string) *v1alpha1.Transform {
@@ -56,24 +43,10 @@ func targets(namespaces ...string) []v1alpha1.Target {
 }
 
 // createSync creates ms and, when the test ends, deletes it and waits until
-// the operator has finalized it, so that no test's operator work runs into
-// the next test.
+// the operator has finalized it.
 func createSync(t testing.TB, ms *v1alpha1.ManifestSync) {
 	t.Helper()
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, ms); err != nil {
-		t.Fatalf("creating ManifestSync: %v", err)
-	}
-	key := client.ObjectKeyFromObject(ms)
-	t.Cleanup(func() {
-		obj := &v1alpha1.ManifestSync{}
-		obj.Namespace, obj.Name = key.Namespace, key.Name
-		if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting ManifestSync: %v", err)
-			return
-		}
-		eventually(t, timeout, func() error { return gone(obj) })
-	})
+	env.CreateSync(t, ms, timeout)
 }
 
 // updateSync changes a ManifestSync, retrying on conflicts with the
@@ -98,23 +71,7 @@ func updateSync(t testing.TB, ms *v1alpha1.ManifestSync, change func(*v1alpha1.M
 // generation, and returns it.
 func waitFor(t testing.TB, ms *v1alpha1.ManifestSync, reason string) *v1alpha1.ManifestSync {
 	t.Helper()
-	cur := &v1alpha1.ManifestSync{}
-	eventually(t, timeout, func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
-			return err
-		}
-		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
-		switch {
-		case c == nil:
-			return fmt.Errorf("no Ready condition")
-		case c.ObservedGeneration != cur.Generation:
-			return fmt.Errorf("Ready is of generation %d, want %d", c.ObservedGeneration, cur.Generation)
-		case c.Reason != reason:
-			return fmt.Errorf("Ready is %s (%s): %s; want %s", c.Status, c.Reason, c.Message, reason)
-		}
-		return nil
-	})
-	return cur
+	return env.WaitForReason(t, client.ObjectKeyFromObject(ms), reason, timeout)
 }
 
 func ready(t testing.TB, ms *v1alpha1.ManifestSync) *v1alpha1.ManifestSync {
@@ -123,16 +80,7 @@ func ready(t testing.TB, ms *v1alpha1.ManifestSync) *v1alpha1.ManifestSync {
 }
 
 // gone reports, as an error, whether obj still exists.
-func gone(obj client.Object) error {
-	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return err
-	}
-	return fmt.Errorf("%T %s/%s still exists", obj, obj.GetNamespace(), obj.GetName())
-}
+func gone(obj client.Object) error { return env.Gone(obj) }
 
 func getConfigMap(ns, name string) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}

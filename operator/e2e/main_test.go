@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -98,70 +96,21 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 
 // eventually calls cond every 50ms until it returns nil, and fails the test
 // with its last error when within has passed.
-func eventually(t testing.TB, within time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var eventually = testenv.Eventually
 
 // createSync creates ms and, when the test ends, deletes it and waits until
 // its operator (still running: cleanups run last-in first-out) has
 // finalized it.
 func createSync(t *testing.T, ms *v1alpha1.ManifestSync) {
 	t.Helper()
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, ms); err != nil {
-		t.Fatalf("creating ManifestSync: %v", err)
-	}
-	key := client.ObjectKeyFromObject(ms)
-	t.Cleanup(func() {
-		obj := &v1alpha1.ManifestSync{}
-		if err := env.Client.Get(ctx, key, obj); apierrors.IsNotFound(err) {
-			return
-		}
-		if err := env.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting ManifestSync: %v", err)
-			return
-		}
-		eventually(t, timeout, func() error {
-			if err := env.Client.Get(ctx, key, obj); apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("ManifestSync %s still exists", key)
-		})
-	})
+	env.CreateSync(t, ms, timeout)
 }
 
 // waitFor waits until ms's Ready condition has the reason, for its current
 // generation, and returns the ManifestSync.
 func waitFor(t *testing.T, key types.NamespacedName, reason string) *v1alpha1.ManifestSync {
 	t.Helper()
-	cur := &v1alpha1.ManifestSync{}
-	eventually(t, timeout, func() error {
-		if err := env.Client.Get(context.Background(), key, cur); err != nil {
-			return err
-		}
-		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
-		switch {
-		case c == nil:
-			return errors.New("no Ready condition")
-		case c.ObservedGeneration != cur.Generation:
-			return fmt.Errorf("Ready is of generation %d, want %d", c.ObservedGeneration, cur.Generation)
-		case c.Reason != reason:
-			return fmt.Errorf("Ready is %s (%s): %s; want %s", c.Status, c.Reason, c.Message, reason)
-		}
-		return nil
-	})
-	return cur
+	return env.WaitForReason(t, key, reason, timeout)
 }
 
 // configMapData returns data[key] of a ConfigMap, or why it cannot.

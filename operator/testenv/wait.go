@@ -1,0 +1,91 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Eventually calls cond every 50ms until it returns nil, and fails the test
+// with its last error once within has passed.
+func Eventually(t testing.TB, within time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Gone returns nil once obj no longer exists, and otherwise says that it
+// does (or why it cannot tell).
+func (e *Env) Gone(obj client.Object) error {
+	err := e.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%T %s/%s still exists", obj, obj.GetNamespace(), obj.GetName())
+}
+
+// WaitForReason waits, at most within, until the Ready condition of the
+// ManifestSync key has the reason for its current generation, and returns
+// the ManifestSync.
+func (e *Env) WaitForReason(t testing.TB, key client.ObjectKey, reason string, within time.Duration) *v1alpha1.ManifestSync {
+	t.Helper()
+	cur := &v1alpha1.ManifestSync{}
+	Eventually(t, within, func() error {
+		if err := e.Client.Get(context.Background(), key, cur); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		switch {
+		case c == nil:
+			return errors.New("no Ready condition")
+		case c.ObservedGeneration != cur.Generation:
+			return fmt.Errorf("Ready is of generation %d, want %d", c.ObservedGeneration, cur.Generation)
+		case c.Reason != reason:
+			return fmt.Errorf("Ready is %s (%s): %s; want %s", c.Status, c.Reason, c.Message, reason)
+		}
+		return nil
+	})
+	return cur
+}
+
+// CreateSync creates ms and, when the test ends, deletes it and waits, at
+// most within, until an operator has finalized it, so that no test's
+// operator work runs into the next test. The operator must still run then
+// (cleanups run last-in first-out).
+func (e *Env) CreateSync(t testing.TB, ms *v1alpha1.ManifestSync, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.Client.Create(ctx, ms); err != nil {
+		t.Fatalf("creating ManifestSync: %v", err)
+	}
+	key := client.ObjectKeyFromObject(ms)
+	t.Cleanup(func() {
+		obj := &v1alpha1.ManifestSync{}
+		obj.Namespace, obj.Name = key.Namespace, key.Name
+		if err := e.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ManifestSync: %v", err)
+			return
+		}
+		Eventually(t, within, func() error { return e.Gone(obj) })
+	})
+}
