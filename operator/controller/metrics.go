@@ -40,6 +40,24 @@ func RegisterMetrics() {
 	})
 }
 
+// forgetMetrics drops every series of a ManifestSync that is gone.
+func forgetMetrics(ns, name string) {
+	labels := prometheus.Labels{"namespace": ns, "name": name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, evalDuration, objectsTotal, failuresTotal} {
+		v.DeletePartialMatch(labels)
+	}
+}
+
+// forgetTargetMetrics drops the series of a target that is no longer
+// evaluated (removed from the spec, or a namespace no longer selected), so
+// that the series of a ManifestSync stay as many as its targets.
+func forgetTargetMetrics(ns, name, target string) {
+	labels := prometheus.Labels{"namespace": ns, "name": name, "target": target}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, objectsTotal, failuresTotal} {
+		v.DeletePartialMatch(labels)
+	}
+}
+
 // Metric actions of objectsTotal.
 const (
 	metricApplied = "applied"

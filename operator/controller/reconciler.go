@@ -124,6 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, ms); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.states.forget(req.NamespacedName)
+			forgetMetrics(req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -183,7 +184,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 			delete(st.targets, o.target.ID())
 		}
 	}
-	forgetGone(st, outcomes)
+	forgetGone(ms, st, outcomes)
 	r.countObjects(ms, outcomes, pr)
 
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
@@ -301,8 +302,9 @@ func (r *Reconciler) namespaces(ctx context.Context) ([]engine.Namespace, error)
 	return out, nil
 }
 
-// forgetGone drops the records of targets that are no longer evaluated.
-func forgetGone(st *syncState, outcomes []*targetOutcome) {
+// forgetGone drops the records and metric series of targets that are no
+// longer evaluated.
+func forgetGone(ms *v1alpha1.ManifestSync, st *syncState, outcomes []*targetOutcome) {
 	present := map[string]bool{}
 	for _, o := range outcomes {
 		present[o.target.ID()] = true
@@ -310,6 +312,7 @@ func forgetGone(st *syncState, outcomes []*targetOutcome) {
 	for id := range st.targets {
 		if !present[id] {
 			delete(st.targets, id)
+			forgetTargetMetrics(ms.Namespace, ms.Name, id)
 		}
 	}
 }
