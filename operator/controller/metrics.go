@@ -17,7 +17,7 @@ var (
 	}, []string{"namespace", "name", "target"})
 	evalDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "manifestsync_eval_duration_seconds",
-		Help:    "Time to evaluate a ManifestSync (every target).",
+		Help:    "Time to evaluate a ManifestSync (every target); a sync whose inputs did not change evaluates nothing and observes nothing.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	}, []string{"namespace", "name"})
 	objectsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{

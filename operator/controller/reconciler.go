@@ -160,9 +160,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now)
 	}
-	start := time.Now()
 	res, err := r.evaluate(ctx, ms, snaps, st)
-	evalDuration.WithLabelValues(ms.Namespace, ms.Name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonEvalFailed, err, now)
 	}
@@ -267,9 +265,11 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 		key.revisions[name] = snap.Revision
 	}
 	if st.eval != nil && st.eval.key.equal(key) {
-		return st.eval.result, nil
+		return st.eval.result, nil // unchanged inputs: nothing to evaluate
 	}
+	start := time.Now()
 	res, err := r.Options.evaluatorFor(&ms.Spec).Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	evalDuration.WithLabelValues(ms.Namespace, ms.Name).Observe(time.Since(start).Seconds())
 	if err == nil && res.Err() == nil {
 		st.eval = &lastEval{key: key, result: res}
 	}
