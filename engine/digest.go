@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -23,8 +24,13 @@ func digestJSON(v any) (string, error) {
 // canonical writes canonical JSON into buffers it keeps, so that digesting
 // every object of a target allocates little but the digests.
 type canonical struct {
-	buf  []byte
-	keys []string // a stack of the keys of the maps being written
+	buf     []byte
+	entries []entry // a stack of the entries of the maps being written
+}
+
+type entry struct {
+	key   string
+	value any
 }
 
 // digest is digestJSON with c's buffers.
@@ -120,27 +126,27 @@ func (c *canonical) append(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, ']'), nil
 	case map[string]any:
-		// The keys go on c's stack; nested maps push theirs above them
+		// The entries go on c's stack; nested maps push theirs above them
 		// (a reallocation leaves these in the old array, still valid). An
 		// error leaves them there, which only wastes the space.
-		start := len(c.keys)
-		for k := range v {
-			c.keys = append(c.keys, k)
+		start := len(c.entries)
+		for k, e := range v {
+			c.entries = append(c.entries, entry{k, e})
 		}
-		keys := c.keys[start:]
-		slices.Sort(keys)
+		entries := c.entries[start:]
+		slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
 		b = append(b, '{')
-		for i, k := range keys {
+		for i, e := range entries {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = appendString(b, e.key)
 			b = append(b, ':')
-			if b, err = c.append(b, v[k]); err != nil {
+			if b, err = c.append(b, e.value); err != nil {
 				return nil, err
 			}
 		}
-		c.keys = c.keys[:start]
+		c.entries = c.entries[:start]
 		return append(b, '}'), nil
 	case map[string]string:
 		m := make(map[string]any, len(v))

@@ -9,6 +9,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.starlark.net/starlark"
@@ -141,21 +142,19 @@ func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
 	if workers <= 0 {
 		workers = goruntime.GOMAXPROCS(0)
 	}
-	var wg sync.WaitGroup
-	next := make(chan int)
+	// Workers take the next target from a shared counter: handing each one
+	// over a channel would make every target wait for this goroutine.
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
 	for range min(workers, len(targets)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(targets); i = int(next.Add(1) - 1) {
 				res.Targets[i] = e.evaluateTarget(ctx, targets[i])
 			}
-		}()
+		})
 	}
-	for i := range targets {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return res, ctx.Err()
 }

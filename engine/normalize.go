@@ -145,13 +145,17 @@ func sortObjects(objs []*unstructured.Unstructured) {
 		ks[i] = keyed{rank(gvk.Kind), gvk.Group, gvk.Kind, o.GetNamespace(), o.GetName(), o}
 	}
 	slices.SortStableFunc(ks, func(a, b keyed) int {
-		return cmp.Or(
-			cmp.Compare(a.rank, b.rank),
-			strings.Compare(a.group, b.group),
-			strings.Compare(a.kind, b.kind),
-			strings.Compare(a.ns, b.ns),
-			strings.Compare(a.name, b.name),
-		)
+		switch {
+		case a.rank != b.rank:
+			return cmp.Compare(a.rank, b.rank)
+		case a.group != b.group:
+			return strings.Compare(a.group, b.group)
+		case a.kind != b.kind:
+			return strings.Compare(a.kind, b.kind)
+		case a.ns != b.ns:
+			return strings.Compare(a.ns, b.ns)
+		}
+		return strings.Compare(a.name, b.name)
 	})
 	for i, k := range ks {
 		objs[i] = k.obj
