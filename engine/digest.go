@@ -160,13 +160,22 @@ func (c *canonical) append(b []byte, v any) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
+// plainJSON are the bytes a JSON string holds as they are: printable ASCII
+// but the quote and the backslash.
+var plainJSON = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0 // s[start:i] needs no escape and is not appended yet
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' {
+		if plainJSON[c] {
 			i++
 			continue
 		}
