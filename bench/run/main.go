@@ -158,7 +158,7 @@ func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, wan
 		return err
 	}
 	defer f.Stop()
-	rep.Notes = append(rep.Notes, fmt.Sprintf("W1/W2: `engine operator` ran as a process of its own with --target-concurrency %d (the floor's concurrency) and, as by default, no client-side rate limit (nor has the floor); the first sync of the 1,000 copies took %s.",
+	rep.Notes = append(rep.Notes, fmt.Sprintf("W1/W2: `engine operator` ran as a process of its own with --target-concurrency %d (the floor's concurrency; the default too) and, as by default, no client-side rate limit (nor has the floor); the first sync of the 1,000 copies took %s.",
 		fanout.Workers, f.InitSync.Round(time.Millisecond)))
 	if want["W1"] {
 		step("W1 fan-out")

@@ -103,7 +103,7 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fl.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease; default: the pod's")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
-	fl.IntVar(&f.targetWorkers, "target-concurrency", 4, "targets of one ManifestSync applied at once")
+	fl.IntVar(&f.targetWorkers, "target-concurrency", 8, "targets of one ManifestSync applied at once")
 	fl.Float32Var(&f.qps, "kube-api-qps", 0, "client-side limit of API requests per second, to each cluster; 0 (or less) sets none, leaving the API server's Priority and Fairness to protect it")
 	fl.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests, with --kube-api-qps; 0 is twice --kube-api-qps")
 	fl.DurationVar(&f.reconcilerOpts.RemoteTimeout, "remote-timeout", 10*time.Second, "timeout of every request to a remote cluster (targets[].cluster)")

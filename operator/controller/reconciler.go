@@ -29,7 +29,7 @@ type Options struct {
 	// default 4.
 	Concurrency int
 	// TargetWorkers is how many targets of one ManifestSync are applied at
-	// once; default 4.
+	// once; default 8.
 	TargetWorkers int
 	// Limits bound every transform; zero fields take the engine's defaults.
 	Limits lstar.Limits
@@ -69,7 +69,7 @@ func (o Options) deletionTimeout() time.Duration {
 }
 
 func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
-func (o Options) targetWorkers() int { return orDefault(o.TargetWorkers, 4) }
+func (o Options) targetWorkers() int { return orDefault(o.TargetWorkers, 8) }
 
 func orDefault[T int | time.Duration](v, def T) T {
 	if v <= 0 {
