@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,13 +102,14 @@ func (o *targetOutcome) owned() []inventoryItem {
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(), policy: ms.Spec.Policy.Resources}
 	out := make([]*targetOutcome, len(res.Targets))
-	next := make(chan int)
-	var wg sync.WaitGroup
+	// Workers take the next target from a shared counter.
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
 	for range min(r.Options.targetWorkers(), len(res.Targets)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(res.Targets); i = int(next.Add(1) - 1) {
 				t := res.Targets[i]
 				start := time.Now()
 				out[i] = r.syncTarget(ctx, ms, a, res.Revision, t, st.targets[t.ID()])
@@ -115,12 +117,8 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
 				}
 			}
-		}()
+		})
 	}
-	for i := range res.Targets {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return out
 }
