@@ -241,7 +241,7 @@ func (b *bench) startOperator(ctx context.Context, scheme *runtime.Scheme) error
 		return err
 	}
 	cacheDir := filepath.Join(b.dir, "cache")
-	b.sources = &countingSources{inner: gitsource.New(mgr.GetAPIReader(), cacheDir), took: map[types.NamespacedName][]time.Duration{}}
+	b.sources = &countingSources{inner: gitsource.New(cacheDir), took: map[types.NamespacedName][]time.Duration{}}
 	b.r = &controller.Reconciler{Sources: b.sources, Options: controller.Options{Concurrency: workers, TargetWorkers: 4}}
 	mctx, stop := context.WithCancel(ctx)
 	if err := b.r.SetupWithManager(mctx, mgr); err != nil {
@@ -472,9 +472,9 @@ type countingSources struct {
 	took map[types.NamespacedName][]time.Duration
 }
 
-func (s *countingSources) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
+func (s *countingSources) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error) {
 	start := time.Now()
-	snap, err := s.inner.Fetch(ctx, ms, src)
+	snap, err := s.inner.Fetch(ctx, ms, src, secrets)
 	d := time.Since(start)
 	s.polls.Add(1)
 	key := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}

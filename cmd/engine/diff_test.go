@@ -153,7 +153,7 @@ type testRepos struct {
 	snaps map[string]*engine.Snapshot
 }
 
-func (r *testRepos) Fetch(_ context.Context, _ *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
+func (r *testRepos) Fetch(_ context.Context, _ *v1alpha1.ManifestSync, src *v1alpha1.Source, _ client.Reader) (*engine.Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if snap := r.snaps[src.Git.URL]; snap != nil {

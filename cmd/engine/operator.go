@@ -76,6 +76,7 @@ with that kubeconfig's credentials, each request bounded by
 --remote-timeout; an unreachable cluster fails only its own targets. A
 deleted ManifestSync waits at most --deletion-timeout for its objects to
 be pruned. With spec.serviceAccountName, in-cluster reads and writes
+(targets, object sources, the Secrets git sources' secretRef names)
 impersonate that account; --require-service-account makes it mandatory.
 
 A ManifestSync that runs code of its user (a Starlark or CUE transform,
@@ -189,7 +190,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	r := &controller.Reconciler{Options: f.reconcilerOpts, Sources: gitsource.New(mgr.GetAPIReader(), gitCacheDir())}
+	r := &controller.Reconciler{Options: f.reconcilerOpts, Sources: gitsource.New(gitCacheDir())}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

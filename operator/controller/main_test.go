@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -40,7 +42,14 @@ var repos = fakeRepos{
 
 type fakeRepos map[string]*engine.Snapshot
 
-func (f fakeRepos) Fetch(_ context.Context, _ *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
+// Fetch reads the source's secretRef, as the git provider does, with the
+// reader the reconciler gives.
+func (f fakeRepos) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error) {
+	if ref := src.Git.SecretRef; ref != nil {
+		if err := secrets.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &corev1.Secret{}); err != nil {
+			return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
+		}
+	}
 	if snap := f[src.Git.URL]; snap != nil {
 		return snap, nil
 	}

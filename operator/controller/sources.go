@@ -20,8 +20,12 @@ import (
 
 // Sources fetches the snapshots of the sources the reconciler does not read
 // from the cluster itself: Git repositories. The git provider implements it.
+// secrets reads the Secrets a source names (its secretRef, in the
+// ManifestSync's namespace): as the ManifestSync's service account when it
+// has one, so that a tenant cannot borrow credentials its account may not
+// read.
 type Sources interface {
-	Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error)
+	Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error)
 }
 
 // errGitNotWired is the error of a git source when no Sources is configured.
@@ -43,8 +47,11 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 		case src.Git != nil:
 			if r.Sources == nil {
 				err = errGitNotWired
-			} else {
-				snap, err = r.Sources.Fetch(ctx, ms, src)
+				break
+			}
+			var secrets client.Reader
+			if secrets, err = r.reader(ms); err == nil {
+				snap, err = r.Sources.Fetch(ctx, ms, src, secrets)
 			}
 		default:
 			continue

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -132,4 +133,60 @@ func TestRequireServiceAccount(t *testing.T) {
 	if err := r.checkTenancy(ms); err != nil {
 		t.Errorf("checkTenancy with an account: %v", err)
 	}
+}
+
+// TestGitCredentialsReadAsServiceAccount: the Secret a git source's
+// secretRef names is read as the ManifestSync's service account, so that a
+// tenant cannot use credentials its account may not read.
+func TestGitCredentialsReadAsServiceAccount(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, target := env.Namespace(t, nil), env.Namespace(t, nil)
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "puller"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "git-auth"}, Data: map[string][]byte{"password": []byte("pw")}},
+	} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := newSync(home, "pull", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{
+			{Name: "repo", Git: &v1alpha1.GitSource{URL: "test://kustomize", SecretRef: &v1alpha1.LocalObjectReference{Name: "git-auth"}}},
+			{Name: "app", Kustomize: &v1alpha1.KustomizeSource{Source: "repo", Path: "base"}},
+		},
+		Targets:            targets(target),
+		ServiceAccountName: "puller",
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonSourceFailed)
+	c := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	if !strings.Contains(c.Message, "secretRef "+home+"/git-auth") || !strings.Contains(c.Message, "forbidden") ||
+		!strings.Contains(c.Message, `"system:serviceaccount:`+home+`:puller"`) {
+		t.Errorf("Ready message %q, want the secretRef forbidden to the account", c.Message)
+	}
+
+	// The account may read its Secret and write ConfigMaps where it syncs.
+	grant := func(ns, resource string, verbs ...string) {
+		t.Helper()
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "puller-" + resource},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{resource}, Verbs: verbs}},
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "puller-" + resource},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: home, Name: "puller"}},
+		}
+		for _, obj := range []client.Object{role, binding} {
+			if err := env.Client.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	grant(home, "secrets", "get")
+	grant(target, "configmaps", "get", "list", "watch", "create", "update", "patch", "delete")
+	// The failed source is retried with backoff.
+	ready(t, ms)
+	configMapWith(t, timeout, ms, target, "cfg", "env", "base")
 }

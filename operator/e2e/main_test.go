@@ -75,7 +75,7 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 		opts.RetryMin, opts.RetryMax = 100*time.Millisecond, time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &controller.Reconciler{Options: opts, Sources: gitsource.New(mgr.GetAPIReader(), "")}
+	r := &controller.Reconciler{Options: opts, Sources: gitsource.New("")}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -39,9 +39,9 @@ func TestFetch(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
 	src := &v1alpha1.Source{Name: "config", Git: &v1alpha1.GitSource{URL: url, Ref: v1alpha1.GitRef{Branch: "main"}, Path: "deploy"}}
-	s := New(env.Client, t.TempDir())
+	s := New(t.TempDir())
 
-	snap, err := s.Fetch(ctx, ms, src)
+	snap, err := s.Fetch(ctx, ms, src, env.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestFetch(t *testing.T) {
 	// Credentials come from the Secret the secretRef names, in the
 	// ManifestSync's namespace; a missing one fails the source.
 	src.Git.SecretRef = &v1alpha1.LocalObjectReference{Name: "git-auth"}
-	_, err = s.Fetch(ctx, ms, src)
+	_, err = s.Fetch(ctx, ms, src, env.Client)
 	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "secretRef "+ns+"/git-auth") {
 		t.Errorf("missing secret: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestFetch(t *testing.T) {
 	}
 	// With the Secret there, its credentials go with the fetch (git://
 	// has no use for them, but they are read without error).
-	if _, err := s.Fetch(ctx, ms, src); err != nil {
+	if _, err := s.Fetch(ctx, ms, src, env.Client); err != nil {
 		t.Errorf("with the secret: %v", err)
 	}
 }
