@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // policyScript makes one ConfigMap per entry of ctx.params.objects, with
@@ -129,4 +131,67 @@ func fieldManagers(obj metav1.Object) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// TestConflictRetry: while one object of a target conflicts, the retries
+// apply nothing that was applied already and has not changed since; what
+// changed in between is applied again, and the target syncs once the
+// conflict is gone.
+func TestConflictRetry(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	if err := env.Client.Apply(ctx, corev1ac.ConfigMap("taken", ns).WithData(map[string]string{"a": "theirs"}), client.FieldOwner("someone-else")); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(home, "retry", v1alpha1.ManifestSyncSpec{
+		Transform: inline(policyScript),
+		Params:    params(`{"objects": {"taken": {}, "mine": {}}}`),
+		Targets:   targets(ns),
+	})
+	createSync(t, ms)
+	waitFor(t, ms, v1alpha1.ReasonConflict)
+	configMapWith(t, timeout, ms, ns, "mine", "a", "ours")
+
+	applies := func(do func()) float64 {
+		t.Helper()
+		before, err := env.Requests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		do()
+		after, err := env.Requests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after.Sub(before).Count(func(r testenv.Request) bool {
+			return r.Verb == "APPLY" && r.Resource == "configmaps" && !r.DryRun
+		})
+	}
+	retry := func() {
+		t.Helper()
+		for range 3 {
+			if _, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ms)}); err == nil {
+				t.Fatal("a retry of a target in conflict succeeded")
+			}
+		}
+	}
+	if n := applies(retry); n != 0 {
+		t.Errorf("3 retries applied %v ConfigMaps, want none: mine is applied already and taken conflicts", n)
+	}
+
+	// Someone changes mine: the next retry puts it back.
+	cm := mustConfigMap(t, ns, "mine")
+	cm.Data["a"] = "changed"
+	if err := env.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	configMapWith(t, timeout, ms, ns, "mine", "a", "ours")
+
+	// The conflict goes away: the target syncs.
+	if err := env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"}}); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, ms)
+	configMapWith(t, timeout, ms, ns, "taken", "a", "ours")
 }

@@ -57,6 +57,10 @@ type targetRecord struct {
 	generation int64  // the ManifestSync's
 	digest     string // TargetResult.Digest
 	objects    []appliedObject
+	// partial is set when some objects failed or are in conflict: the
+	// target is retried, and the record only spares the retry the objects
+	// that were applied and have not changed since.
+	partial bool
 }
 
 // appliedObject is an object as it was after the last apply. Objects that

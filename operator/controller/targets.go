@@ -81,7 +81,7 @@ func (o *targetOutcome) state() v1alpha1.TargetState {
 // sync.
 func (o *targetOutcome) owned() []inventoryItem {
 	var items []inventoryItem
-	if o.record != nil {
+	if o.record != nil && !o.record.partial {
 		for _, a := range o.record.objects {
 			if a.resourceVersion != "" {
 				items = append(items, a.item)
@@ -148,10 +148,27 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 	}
+	var applied map[objectID]appliedObject // by a partial record of the same desired state
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
-		return r.checkDrift(ctx, ms, c, a, t, rec, out)
+		if !rec.partial {
+			return r.checkDrift(ctx, ms, c, a, t, rec, out)
+		}
+		applied = map[objectID]appliedObject{}
+		for _, o := range rec.objects {
+			if o.resourceVersion != "" {
+				applied[o.item.id] = o
+			}
+		}
 	}
 	for i, obj := range t.Objects {
+		// A retry (another object failed or conflicts) leaves alone what
+		// it applied already, unless that changed since.
+		if o, ok := applied[idOf(obj)]; ok {
+			if rv, err := currentVersion(ctx, c, o); err == nil && rv == o.resourceVersion {
+				out.changes = append(out.changes, Change{Item: o.item, Action: ActionUnchanged, ResourceVersion: rv})
+				continue
+			}
+		}
 		ch := c.apply(ctx, a, obj, t.Digests[i], t.ID())
 		if c.down(ch.Err) {
 			// The cluster is unreachable or refuses us: the other
@@ -161,9 +178,8 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		}
 		out.changes = append(out.changes, ch)
 	}
-	if out.ok() {
-		out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
-	}
+	out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
+	out.record.partial = !out.ok()
 	return out
 }
 
