@@ -21,7 +21,7 @@ func TestEvalWorkerCommand(t *testing.T) {
 	if err != nil {
 		t.Skipf("no %s on $PATH: %v", programName, err)
 	}
-	f := &evalWorkerFlags{workers: 1, memoryLimit: "128Mi", opts: worker.Options{Command: []string{exe, "eval-worker"}}}
+	f := &evalWorkerFlags{workers: 1, memoryLimit: testWorkerLimit, opts: worker.Options{Command: []string{exe, "eval-worker"}}}
 	ev, stop, err := f.evaluator()
 	if err != nil {
 		t.Fatal(err)
@@ -38,11 +38,12 @@ func TestEvalWorkerCommand(t *testing.T) {
 	}
 	good := engine.Spec{Sync: &sf.Sync.Spec, Snapshots: map[string]*engine.Snapshot{"app": snap}}
 	bomb := engine.Spec{Sync: &v1alpha1.ManifestSyncSpec{
-		Transform: &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Inline: "x = \"a\" * (1 << 29)\ny = [x] * 8\ndef main(ctx):\n    return []\n"}},
+		Transform: &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Inline: "x = \"a\" * (1 << 29)\ny = [x + x] * 8\ndef main(ctx):\n    return []\n"}},
 		Targets:   []v1alpha1.Target{{Name: "dev", Namespace: "dev"}},
 	}}
 	ctx := context.Background()
-	if _, err := ev.Evaluate(ctx, bomb, engine.Options{}); err == nil || err.Error() != "evaluation exceeded its memory limit of 128 MiB" {
+	limit := strings.TrimSuffix(testWorkerLimit, "Mi") + " MiB"
+	if _, err := ev.Evaluate(ctx, bomb, engine.Options{}); err == nil || err.Error() != "evaluation exceeded its memory limit of "+limit {
 		t.Errorf("memory bomb: got %v", err)
 	}
 	want, err := engine.Evaluate(ctx, good, engine.Options{})
