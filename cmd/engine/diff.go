@@ -12,7 +12,6 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -147,7 +146,7 @@ func evaluateForDiff(ctx context.Context, c client.Client, sf *engine.SyncFile, 
 		if t.NamespaceSelector == nil {
 			continue
 		}
-		if opts.Namespaces, err = clusterNamespaces(ctx, c); err != nil {
+		if opts.Namespaces, err = controller.Namespaces(ctx, c); err != nil {
 			return nil, usageErr("diff: %w", err)
 		}
 		break
@@ -177,21 +176,6 @@ func clusterScope(mapper apimeta.RESTMapper) engine.Scope {
 		}
 		return m.Scope.Name() == apimeta.RESTScopeNameNamespace, true
 	}
-}
-
-func clusterNamespaces(ctx context.Context, c client.Client) ([]engine.Namespace, error) {
-	var list corev1.NamespaceList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing namespaces: %w", err)
-	}
-	out := make([]engine.Namespace, 0, len(list.Items))
-	for _, ns := range list.Items {
-		if ns.DeletionTimestamp == nil {
-			out = append(out, engine.Namespace{Name: ns.Name, Labels: ns.Labels})
-		}
-	}
-	slices.SortFunc(out, func(a, b engine.Namespace) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
 }
 
 // report prints what would change, and a summary on stderr; nothing when

@@ -95,7 +95,7 @@ func TestResourcePolicies(t *testing.T) {
 	// Overwrite: exactly ours; others' fields are gone.
 	if cm := configMapWith(t, timeout, ms, ns, "overwrite", "a", "ours"); len(cm.Data) != 1 {
 		t.Errorf("Overwrite left other fields: %v", cm.Data)
-	} else if managers := fieldManagers(cm); !slices.Equal(managers, []string{FieldManager}) {
+	} else if managers := testenv.FieldManagers(cm); !slices.Equal(managers, []string{FieldManager}) {
 		t.Errorf("field managers after Overwrite: %v", managers)
 	}
 
@@ -122,15 +122,6 @@ func TestResourcePolicies(t *testing.T) {
 	if cm := mustConfigMap(t, ns, "keep"); cm.Data["a"] != "theirs" {
 		t.Errorf("the object's Keep annotation lost to spec.policy: %v", cm.Data)
 	}
-}
-
-func fieldManagers(obj metav1.Object) []string {
-	var out []string
-	for _, e := range obj.GetManagedFields() {
-		out = append(out, e.Manager)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // TestConflictRetry: while one object of a target conflicts, the retries

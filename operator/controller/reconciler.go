@@ -252,7 +252,7 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 	opts := engine.Options{Limits: r.Options.Limits, Scope: r.scope}
 	for _, t := range ms.Spec.Targets {
 		if t.NamespaceSelector != nil {
-			nss, err := r.namespaces(ctx)
+			nss, err := Namespaces(ctx, r.Client)
 			if err != nil {
 				return nil, err
 			}
@@ -285,11 +285,14 @@ func (r *Reconciler) scope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
 	return m.Scope.Name() == apimeta.RESTScopeNameNamespace, true
 }
 
-// namespaces lists the cluster's live namespaces from the metadata cache.
-func (r *Reconciler) namespaces(ctx context.Context) ([]engine.Namespace, error) {
+// Namespaces lists a cluster's live namespaces (not being deleted), by
+// name, as the engine matches namespaceSelectors against them; the
+// reconciler reads them from its metadata cache, engine diff from the API
+// server.
+func Namespaces(ctx context.Context, c client.Reader) ([]engine.Namespace, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := c.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	out := make([]engine.Namespace, 0, len(list.Items))

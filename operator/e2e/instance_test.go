@@ -52,15 +52,6 @@ func getSecret(t *testing.T, ns, name string) *corev1.Secret {
 	return s
 }
 
-func managers(obj client.Object) []string {
-	var out []string
-	for _, e := range obj.GetManagedFields() {
-		out = append(out, e.Manager)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // Two operators with distinct instance ids, each with its ManifestSync
 // web, sync the same Secret into one shared namespace: the first to create
 // it owns it, the other reports a Conflict naming it and writes nothing,
@@ -80,7 +71,7 @@ func TestInstancesDoNotFight(t *testing.T) {
 	if got := common.Labels[controller.OwnerLabel]; got != homeA+".web_a" {
 		t.Errorf("owner label %q, want %s.web_a", got, homeA)
 	}
-	if got := managers(common); !slices.Equal(got, []string{"manifestsync-a"}) {
+	if got := testenv.FieldManagers(common); !slices.Equal(got, []string{"manifestsync-a"}) {
 		t.Errorf("field managers %v, want [manifestsync-a]", got)
 	}
 

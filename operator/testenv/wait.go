@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -88,4 +90,14 @@ func (e *Env) CreateSync(t testing.TB, ms *v1alpha1.ManifestSync, within time.Du
 		}
 		Eventually(t, within, func() error { return e.Gone(obj) })
 	})
+}
+
+// FieldManagers are the managers of obj's fields, sorted, each once.
+func FieldManagers(obj metav1.Object) []string {
+	var out []string
+	for _, e := range obj.GetManagedFields() {
+		out = append(out, e.Manager)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
