@@ -86,6 +86,10 @@ type TargetResult struct {
 	// Violations are the schema violations of the target's objects; when
 	// there are any, Err is a *ValidationError holding them.
 	Violations []Violation
+	// Collisions are the objects another target writes too; when there
+	// are any, Err is a *CollisionError holding them and the target has
+	// no objects.
+	Collisions []Collision
 }
 
 // ID names the target in messages and file names: its name, or name/namespace
@@ -156,6 +160,11 @@ func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
 		})
 	}
 	wg.Wait()
+	clusters := make([]string, len(targets))
+	for i, t := range targets {
+		clusters[i] = clusterKey(t.spec)
+	}
+	refuseCollisions(res.Targets, clusters)
 	return res, ctx.Err()
 }
 
@@ -532,9 +541,9 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
 		}
 	}
-	for _, p := range e.patches[t.spec.Name] {
+	for i, p := range e.patches[t.spec.Name] {
 		if err := p.apply(objs); err != nil {
-			return fail(fmt.Errorf("patch: %w", err))
+			return fail(fmt.Errorf("patches[%d]: %w", i, err))
 		}
 	}
 	seen := make(map[string]int, len(objs))
@@ -594,11 +603,25 @@ func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]a
 	if err != nil {
 		return nil, err
 	}
+	if v == starlark.None {
+		// A main that falls off its end returns None: taking that for
+		// "no objects" would prune everything the target had.
+		return nil, fmt.Errorf("%s%s", e.mainPos(), lstar.ErrNoneResult)
+	}
 	objs, err := e.opts.Limits.WithDefaults().Objects(v)
 	if err != nil {
 		return nil, fmt.Errorf("main(ctx): %w", err)
 	}
 	return objs, nil
+}
+
+// mainPos is "file:line:col: " of the transform's main, or "" when it is
+// not a Starlark function.
+func (e *evaluation) mainPos() string {
+	if fn, ok := e.module.Globals["main"].(*starlark.Function); ok && fn.Position().IsValid() {
+		return fn.Position().String() + ": "
+	}
+	return ""
 }
 
 func clusterName(t *v1alpha1.Target) string {

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	apipath "k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -127,7 +130,52 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 		unstructured.RemoveNestedField(o.Object, "spec", "clusterIP")
 		unstructured.RemoveNestedField(o.Object, "spec", "clusterIPs")
 	}
+	return checkNames(o)
+}
+
+// nameRules are the kinds whose names the API server checks by another
+// rule than a DNS-1123 subdomain (the rule of every other kind, custom
+// resources included). Kinds with a rule of their own that is not simple
+// (an IP address, a signer's prefix) get the generic path-segment rule
+// every name must pass.
+var nameRules = map[schema.GroupKind]func(name string, prefix bool) []string{
+	{Group: "", Kind: "Namespace"}:                                    apivalidation.ValidateNamespaceName,
+	{Group: "", Kind: "Service"}:                                      apivalidation.NameIsDNS1035Label,
+	{Group: "rbac.authorization.k8s.io", Kind: "Role"}:                apipath.ValidatePathSegmentName,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:         apipath.ValidatePathSegmentName,
+	{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}:         apipath.ValidatePathSegmentName,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:  apipath.ValidatePathSegmentName,
+	{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}: apipath.ValidatePathSegmentName,
+	{Group: "certificates.k8s.io", Kind: "ClusterTrustBundle"}:        apipath.ValidatePathSegmentName,
+	{Group: "networking.k8s.io", Kind: "IPAddress"}:                   apipath.ValidatePathSegmentName,
+}
+
+// checkNames refuses a name or namespace the API server would refuse, so
+// that eval and vet catch it offline.
+func checkNames(o *unstructured.Unstructured) error {
+	rule, ok := nameRules[o.GroupVersionKind().GroupKind()]
+	if !ok {
+		rule = apivalidation.NameIsDNSSubdomain
+	}
+	if msgs := rule(o.GetName(), false); len(msgs) > 0 {
+		return fmt.Errorf("%s: metadata.name: %s", describe(o), invalidName(o.GetName(), msgs))
+	}
+	if ns := o.GetNamespace(); ns != "" {
+		if msgs := apivalidation.ValidateNamespaceName(ns, false); len(msgs) > 0 {
+			return fmt.Errorf("%s: metadata.namespace: %s", describe(o), invalidName(ns, msgs))
+		}
+	}
 	return nil
+}
+
+// invalidName words a refused name, quoted (so a NUL or a newline shows)
+// and cut short when it is long.
+func invalidName(name string, msgs []string) string {
+	q := strconv.Quote(name)
+	if p := printable(name); len(p) < len(name) {
+		q = fmt.Sprintf("%s (%d characters)", p, len(name))
+	}
+	return q + " is not valid: " + strings.Join(msgs, "; ")
 }
 
 // sortObjects orders objects for applying: by kind rank, then group, kind,
@@ -182,12 +230,25 @@ func describe(o *unstructured.Unstructured) string {
 	if kind == "" {
 		kind = "object"
 	}
-	name := o.GetName()
+	name := printable(o.GetName())
 	if name == "" {
 		name = "(no name)"
 	}
-	if ns := o.GetNamespace(); ns != "" {
+	if ns := printable(o.GetNamespace()); ns != "" {
 		return kind + " " + ns + "/" + name
 	}
 	return kind + " " + name
+}
+
+// printable shows a name in a message: as it is when it is short and
+// printable, else quoted (a NUL shows as \x00) and cut short.
+func printable(s string) string {
+	const show = 64
+	if len(s) > show {
+		return fmt.Sprintf("%q...", s[:show])
+	}
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 
@@ -75,12 +76,16 @@ func parsePatch(p v1alpha1.Patch) (*patch, error) {
 	return out, nil
 }
 
-// apply patches every object the selector picks, in place.
+// apply patches every object the selector picks, in place. A patch that
+// picks no object is an error: it was meant for something, and a typo in
+// its selector must not ship the unpatched objects silently.
 func (p *patch) apply(objs []*unstructured.Unstructured) error {
+	matched := false
 	for _, o := range objs {
 		if !p.sel.matches(o) {
 			continue
 		}
+		matched = true
 		var (
 			res map[string]any
 			err error
@@ -95,8 +100,13 @@ func (p *patch) apply(objs []*unstructured.Unstructured) error {
 		}
 		o.Object = res
 	}
+	if !matched {
+		return errNoMatch
+	}
 	return nil
 }
+
+var errNoMatch = errors.New("matches no object")
 
 // selector picks objects; nil fields match everything.
 type selector struct {

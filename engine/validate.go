@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -103,6 +105,9 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 		targets[t.Name] = true
 		if t.Namespace != "" && t.NamespaceSelector != nil {
 			add(f, "namespace and namespaceSelector are exclusive")
+		}
+		if msgs := apivalidation.ValidateNamespaceName(t.Namespace, false); t.Namespace != "" && len(msgs) > 0 {
+			add(f+".namespace", "%s", invalidName(t.Namespace, msgs))
 		}
 		for j, p := range t.Patches {
 			pf := fmt.Sprintf("%s.patches[%d]", f, j)

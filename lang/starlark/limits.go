@@ -1,6 +1,7 @@
 package starlark
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -125,8 +126,12 @@ const valueContextDeadline = "context deadline"
 // from main().
 const resultName = "main() result"
 
+// ErrNoneResult is the error of a transform whose main returned None,
+// usually by falling off its end: an empty output must be said with [].
+var ErrNoneResult = errors.New("main() returned None; return a list of objects")
+
 // Objects converts a transform's return value into objects: a list (or tuple)
-// of dicts, or None (no objects). Each element must be a dict with string keys
+// of dicts; None is ErrNoneResult. Each element must be a dict with string keys
 // whose values convert with FromValue. It enforces MaxObjects and MaxBytes (the
 // sum of the objects' JSON encodings) and says which element is wrong:
 // "main() result [3]: got int, want dict".
@@ -135,7 +140,7 @@ func (l Limits) Objects(v starlark.Value) ([]map[string]any, error) {
 	var elems starlark.Indexable
 	switch v := v.(type) {
 	case starlark.NoneType:
-		return nil, nil
+		return nil, ErrNoneResult
 	case *starlark.List:
 		elems = v
 	case starlark.Tuple:

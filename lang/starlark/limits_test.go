@@ -236,7 +236,7 @@ func TestObjects(t *testing.T) {
 		err    string
 		limit  string
 	}{
-		{name: "none", expr: "None", want: "null"},
+		{name: "none", expr: "None", err: "main() returned None; return a list of objects"},
 		{name: "empty", expr: "[]", want: "[]"},
 		{name: "list", expr: `[{"kind": "A", "n": 1}, {"kind": "B", "l": [1.5, True, None]}]`, want: `[{"kind":"A","n":1},{"kind":"B","l":[1.5,true,null]}]`},
 		{name: "tuple", expr: `({"kind": "A"},)`, want: `[{"kind":"A"}]`},
