@@ -56,11 +56,12 @@ func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string
 			}
 			snap, err = fetchGit(ctx, dir, s.Name, g)
 		case overridden:
-			snap, err = readLocalSource(s, p)
+			gdir, gname := givenTree(p)
+			snap, err = readLocalSource(s, gdir, gname)
 		case s.Kustomize != nil:
 			continue // built by the engine
 		case conventionalPath(dir, s.Name) != "":
-			snap, err = readLocalSource(s, conventionalPath(dir, s.Name))
+			snap, err = readLocalSource(s, dir, filepath.Base(conventionalPath(dir, s.Name)))
 		case s.Git != nil:
 			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
 		default:
@@ -84,41 +85,52 @@ type sourceError struct {
 func (e *sourceError) Error() string { return e.err.Error() }
 func (e *sourceError) Unwrap() error { return e.err }
 
-func readLocalSource(s v1alpha1.Source, p string) (*engine.Snapshot, error) {
-	snap, err := readLocal(p, s.Object != nil)
+func readLocalSource(s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+	snap, err := readLocal(dir, name, s.Object != nil)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
 	}
 	return snap, nil
 }
 
+// givenTree splits a path given on the command line into the tree it is
+// read in and its name there: a directory is its own tree, a file is read
+// inside its directory.
+func givenTree(p string) (dir, name string) {
+	if info, err := os.Stat(p); err == nil && info.IsDir() {
+		return p, "."
+	}
+	return filepath.Dir(p), filepath.Base(p)
+}
+
 func conventionalPath(dir, name string) string {
 	for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, name+".yaml")} {
-		if _, err := os.Stat(p); err == nil {
+		if _, err := os.Lstat(p); err == nil {
 			return p
 		}
 	}
 	return ""
 }
 
-// readLocal reads a directory, or a file: an object for object sources, a
-// one-file tree otherwise.
-func readLocal(p string, object bool) (*engine.Snapshot, error) {
-	info, err := os.Stat(p)
+// readLocal reads name, a directory or a file inside the tree dir (which it
+// may not leave, see source.ReadFile): a directory as a tree, a file as an
+// object for object sources, as a one-file tree otherwise.
+func readLocal(dir, name string, object bool) (*engine.Snapshot, error) {
+	info, err := source.Stat(dir, name)
 	if err != nil {
 		return nil, err
 	}
 	if info.IsDir() {
-		return source.Dir(p, source.Limits{})
+		return source.Dir(filepath.Join(dir, name), source.Limits{})
 	}
 	if object {
-		return source.ObjectFile(p)
+		return source.ObjectFileIn(dir, name)
 	}
-	b, err := os.ReadFile(p)
+	b, err := source.ReadFile(dir, name)
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{filepath.Base(p): b}
+	files := map[string][]byte{name: b}
 	return &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}, nil
 }
 
@@ -203,8 +215,8 @@ func fetchGit(ctx context.Context, dir, name string, src v1alpha1.GitSource) (*e
 	var auth *git.Auth
 	if src.SecretRef != nil {
 		p := filepath.Join(dir, src.SecretRef.Name+".yaml")
-		if _, err := os.Stat(p); err == nil {
-			data, err := readSecretData(p)
+		if _, err := os.Lstat(p); err == nil {
+			data, err := readSecretData(dir, src.SecretRef.Name+".yaml")
 			if err != nil {
 				return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: secretRef %s: %w", name, p, err)}
 			}
@@ -236,8 +248,8 @@ func gitCacheDir() string {
 
 // readSecretData reads the data of a Secret manifest: data (base64) and
 // stringData (plain) merged, as the API server merges them.
-func readSecretData(p string) (map[string][]byte, error) {
-	snap, err := source.ObjectFile(p)
+func readSecretData(dir, name string) (map[string][]byte, error) {
+	snap, err := source.ObjectFileIn(dir, name)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -29,63 +30,97 @@ func (l Limits) withDefaults() Limits {
 }
 
 // Dir reads a local directory into a snapshot whose revision is a digest
-// of its content. Hidden files and directories (".git") are skipped, and so
-// are symbolic links, which could point outside the directory.
-func Dir(root string, limits Limits) (*engine.Snapshot, error) {
+// of its content. Hidden files and directories (".git") are skipped. A
+// symbolic link to a file inside the directory is read as that file; one
+// that leads out of it is an error (see ReadFile); links to directories
+// are not followed.
+func Dir(dir string, limits Limits) (*engine.Snapshot, error) {
 	limits = limits.withDefaults()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("directory %s: %w", dir, err)
+	}
+	defer root.Close()
 	snap := &engine.Snapshot{Files: map[string][]byte{}}
 	var total int64
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p != root && strings.HasPrefix(d.Name(), ".") {
+		if p != "." && strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
+		var size int64
+		switch {
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			size = info.Size()
+		case d.Type()&fs.ModeSymlink != 0:
+			info, err := root.Stat(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // a dangling link inside the tree
+			}
+			if err != nil {
+				return escapeError(dir, filepath.FromSlash(p), err)
+			}
+			if !info.Mode().IsRegular() {
+				return nil
+			}
+			size = info.Size()
+		default:
 			return nil
 		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		total += info.Size()
+		total += size
 		if len(snap.Files) >= limits.MaxFiles {
 			return fmt.Errorf("more than %d files", limits.MaxFiles)
 		}
 		if total > limits.MaxBytes {
 			return fmt.Errorf("more than %d bytes", limits.MaxBytes)
 		}
-		b, err := os.ReadFile(p)
+		b, err := readIn(root, dir, filepath.FromSlash(p))
 		if err != nil {
 			return err
 		}
-		snap.Files[filepath.ToSlash(rel)] = b
+		snap.Files[p] = b
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("directory %s: %w", root, err)
+		var se *SymlinkError
+		if errors.As(err, &se) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("directory %s: %w", dir, err)
 	}
 	snap.Revision = engine.ContentDigest(snap.Files)
-	snap.Origin = root
+	snap.Origin = dir
 	return snap, nil
 }
 
 // ObjectFile reads one Kubernetes object from a YAML or JSON file, as the
-// CLI's stand-in for an object in a cluster. The snapshot's revision is the
-// object's resourceVersion when it has one, else a digest of its content.
+// CLI's stand-in for an object in a cluster. The file is read inside its
+// own directory: a symbolic link out of it is an error. The snapshot's
+// revision is the object's resourceVersion when it has one, else a digest
+// of its content.
 func ObjectFile(name string) (*engine.Snapshot, error) {
-	b, err := os.ReadFile(name)
+	return ObjectFileIn(filepath.Dir(name), filepath.Base(name))
+}
+
+// ObjectFileIn is ObjectFile for the file name inside the tree dir.
+func ObjectFileIn(dir, name string) (*engine.Snapshot, error) {
+	b, err := ReadFile(dir, name)
 	if err != nil {
 		return nil, err
 	}
+	name = filepath.Join(dir, name)
+	// ObjectFile reads one Kubernetes object from a YAML or JSON file, as the
+	// CLI's stand-in for an object in a cluster. The snapshot's revision is the
+	// object's resourceVersion when it has one, else a digest of its content.
 	docs, err := engine.DecodeDocuments(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
