@@ -230,6 +230,13 @@ type run struct {
 	// hit is the limit that cancelled the thread from its own goroutine
 	// (steps or depth); set and read only on the evaluating goroutine.
 	hit string
+	// hitPos is where the script was when hit was set, when it is known
+	// better than the error's position; see position.
+	hitPos syntax.Position
+	// lastPos is the last position sampled inside lastFn's body, every
+	// stepCheckInterval steps.
+	lastPos syntax.Position
+	lastFn  starlark.Callable
 }
 
 // start prepares a thread for one evaluation: locals, clock, print, and a
@@ -257,18 +264,46 @@ func (in *Interpreter) start(parent context.Context, name string) *run {
 // onMaxSteps runs every stepCheckInterval steps: it ends the evaluation at
 // the step or depth limit, or grants the next slice of steps.
 func (r *run) onMaxSteps(th *starlark.Thread) {
-	switch {
-	case r.hit != "":
+	if r.hit != "" {
 		return
+	}
+	pos := r.position(th)
+	switch {
 	case th.Steps >= r.limits.MaxSteps:
-		r.hit = LimitSteps
+		r.hit, r.hitPos = LimitSteps, pos
 		th.Cancel("step limit exceeded")
 	case th.CallStackDepth() > r.limits.MaxDepth:
-		r.hit = LimitDepth
+		r.hit, r.hitPos = LimitDepth, pos
 		th.Cancel("call depth limit exceeded")
 	default:
 		th.SetMaxExecutionSteps(min(th.Steps+stepCheckInterval, r.limits.MaxSteps))
 	}
+}
+
+// position is the statement the innermost script function is running.
+// starlark-go gives the instructions that close a loop (the jump back) no
+// line of their own but the function's first line, so a limit that hits
+// there would name the def line, not the loop: the last position sampled
+// inside the same function's body is taken instead. Zero means the
+// error's own position is as good as it gets.
+func (r *run) position(th *starlark.Thread) syntax.Position {
+	if th.CallStackDepth() == 0 {
+		return syntax.Position{}
+	}
+	fr := th.DebugFrame(0)
+	fn, ok := fr.Callable().(*starlark.Function)
+	if !ok {
+		return syntax.Position{}
+	}
+	pos := fr.Position()
+	if pos.IsValid() && pos != fn.Position() {
+		r.lastPos, r.lastFn = pos, fn
+		return pos
+	}
+	if r.lastFn == fn {
+		return r.lastPos
+	}
+	return syntax.Position{}
 }
 
 // finish releases the run's watcher and turns the evaluation's error into
@@ -290,6 +325,9 @@ func (r *run) finish(err error) error {
 		return nil
 	}
 	pos := errorPos(err)
+	if r.hitPos.IsValid() {
+		pos = r.hitPos
+	}
 	switch {
 	case r.hit == LimitSteps:
 		return &LimitError{Limit: LimitSteps, Value: strconv.FormatUint(r.limits.MaxSteps, 10), Pos: pos}

@@ -308,3 +308,22 @@ func TestUnboundedRecursionBackstop(t *testing.T) {
 		t.Errorf("backtrace of %d bytes", len(se.Backtrace))
 	}
 }
+
+// TestStepLimitLine checks that a step limit names the line of the loop
+// the script was running, whatever the step it hit at: starlark-go gives
+// the jump that closes a loop the def line, which used to be reported.
+func TestStepLimitLine(t *testing.T) {
+	const script = "def main():\n    x = 0\n    while True:\n        x += 1\n"
+	for steps := uint64(10_000); steps < 10_010; steps++ {
+		in := New(Options{Limits: Limits{MaxSteps: steps}})
+		m := mustLoad(t, in, nil, Script{Inline: []byte(script)})
+		_, err := in.Call(t.Context(), m, "main")
+		var le *LimitError
+		if !errors.As(err, &le) || le.Limit != LimitSteps {
+			t.Fatalf("max steps %d: got %v, want the step limit", steps, err)
+		}
+		if le.Pos.Line != 3 && le.Pos.Line != 4 {
+			t.Errorf("max steps %d: %v names line %d, want the loop's (3 or 4)", steps, err, le.Pos.Line)
+		}
+	}
+}
