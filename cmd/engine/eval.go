@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	yaml3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -96,6 +101,11 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	if err := applySets(spec, f.sets); err != nil {
 		return err
 	}
+	for _, name := range f.targets {
+		if !slices.ContainsFunc(spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name }) {
+			return usageErr("eval: --target %s: %s has no target named %q", name, f.file, name)
+		}
+	}
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
@@ -133,7 +143,11 @@ func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
 	set := func(raw **runtime.RawExtension) error {
 		params := map[string]any{}
 		if *raw != nil && len((*raw).Raw) > 0 {
-			if err := json.Unmarshal((*raw).Raw, &params); err != nil {
+			// Numbers stay as written: a float64 would round integers
+			// above 2^53.
+			dec := json.NewDecoder(bytes.NewReader((*raw).Raw))
+			dec.UseNumber()
+			if err := dec.Decode(&params); err != nil {
 				return err
 			}
 		}
@@ -142,6 +156,10 @@ func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
 			if !ok || k == "" {
 				return usageErr("--set %q: want KEY=VALUE", kv)
 			}
+			keys := strings.Split(k, ".")
+			if slices.Contains(keys, "") {
+				return usageErr("--set %s: the key %q has an empty segment (want a or a.b.c)", kv, k)
+			}
 			var val any = ""
 			if v != "" {
 				docs, err := engine.DecodeDocuments([]byte(v))
@@ -149,9 +167,12 @@ func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
 					// A typo must not become a string param silently.
 					return usageErr("--set %s: the value is not one YAML value (quote it to set a string: %s='\"...\"')", kv, k)
 				}
+				if lit := bigInteger([]byte(v)); lit != "" {
+					return usageErr("--set %s: the integer %s does not fit in 64 bits (quote it to set a string)", kv, lit)
+				}
 				val = docs[0].Value
 			}
-			if err := setPath(params, strings.Split(k, "."), val); err != nil {
+			if err := setPath(params, keys, val); err != nil {
 				return usageErr("--set %s: %v", kv, err)
 			}
 		}
@@ -174,6 +195,34 @@ func applySets(spec *v1alpha1.ManifestSyncSpec, sets []string) error {
 		}
 	}
 	return nil
+}
+
+// intLiteral matches the plain YAML scalars that are integers, however
+// large (yaml.v3 tags those beyond 64 bits as floats).
+var intLiteral = regexp.MustCompile(`^[-+]?([0-9][0-9_]*|0[xX][0-9a-fA-F_]+|0[oO]?[0-7_]+)$`)
+
+// bigInteger returns the first integer of a YAML value that does not fit
+// in 64 bits, which decoding would turn into an inexact float, or "".
+func bigInteger(value []byte) string {
+	var n yaml3.Node
+	if yaml3.Unmarshal(value, &n) != nil {
+		return ""
+	}
+	var walk func(*yaml3.Node) string
+	walk = func(n *yaml3.Node) string {
+		if n.Kind == yaml3.ScalarNode && n.Style == 0 && intLiteral.MatchString(n.Value) {
+			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err != nil {
+				return n.Value
+			}
+		}
+		for _, c := range n.Content {
+			if lit := walk(c); lit != "" {
+				return lit
+			}
+		}
+		return ""
+	}
+	return walk(&n)
 }
 
 func setPath(m map[string]any, keys []string, v any) error {

@@ -35,6 +35,9 @@ const (
 // cannot express (patches that parse, label selectors).
 const ruleSpec = "spec"
 
+// ruleCollision is the rule of two targets that write one object.
+const ruleCollision = "collision"
+
 // position is a place in a file; Line and Column are 1-based, 0 if unknown.
 type position struct {
 	File   string `json:"file"`
@@ -267,13 +270,28 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return fail(err)
 	}
 	s.Targets = nil
-	for _, t := range res.Targets {
-		tr := &targetReport{ID: t.ID(), Line: d.line(targetField(&ms.Spec, t.Name))}
+	order := map[string]int{}
+	for i, t := range res.Targets {
+		order[t.ID()] = i
+	}
+	for i, t := range res.Targets {
+		field := targetField(&ms.Spec, t.Name)
+		tr := &targetReport{ID: t.ID(), Line: d.line(field)}
 		s.Targets = append(s.Targets, tr)
 		syncPos := position{File: d.file, Line: tr.Line}
 		tr.Findings = schemaFindings(t, syncPos, s.displayName())
 		var verr *engine.ValidationError
 		switch {
+		case len(t.Collisions) > 0:
+			// A finding once per pair, at the second target.
+			for _, c := range t.Collisions {
+				if order[c.Other] < i {
+					tr.Findings = append(tr.Findings, &finding{
+						Category: categorySpec, Rule: ruleCollision, Field: field, Message: c.String(),
+						Pos: syncPos, Sync: syncPos, SyncName: s.displayName(), Target: t.ID(), Object: c.Object,
+					})
+				}
+			}
 		case t.Err == nil:
 			fs, err := v.checkPolicies(t, syncPos, s.displayName())
 			tr.Findings = append(tr.Findings, fs...)

@@ -265,6 +265,7 @@ var ruleDescriptions = map[string]string{
 	crd.RuleList:     "Lists keyed by name (sources, targets) have no duplicate keys.",
 	crd.RuleCEL:      "The ManifestSync passes the CRD's CEL validation rules.",
 	ruleSpec:         "The ManifestSync passes the engine's checks of its spec (patches, selectors, references).",
+	ruleCollision:    "No two targets write one object (the same cluster, namespace, kind and name).",
 }
 
 func writeVetSARIF(w io.Writer, rep *vetReport) error {

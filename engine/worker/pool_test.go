@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,6 +91,14 @@ func inlineSpec(script string) engine.Spec {
 	}
 }
 
+// collidingSpec has two targets writing one ConfigMap and a third that
+// does not.
+func collidingSpec() engine.Spec {
+	spec := inlineSpec("def main(ctx):\n    return [{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"c\"}}]\n")
+	spec.Sync.Targets = []v1alpha1.Target{{Name: "a", Namespace: "web"}, {Name: "b", Namespace: "web"}, {Name: "c", Namespace: "other"}}
+	return spec
+}
+
 const goodScript = `
 def main(ctx):
     src = ctx.inputs[0]
@@ -124,6 +133,7 @@ func TestPoolMatchesInProcess(t *testing.T) {
 		"broken":       {inlineSpec("def main(ctx):\n    return [1]\n"), engine.Options{}},
 		"invalid":      {engine.Spec{Sync: &v1alpha1.ManifestSyncSpec{}}, engine.Options{}},
 		"limit":        {inlineSpec("def main(ctx):\n    for i in range(1 << 30):\n        pass\n"), engine.Options{Limits: limits(1000)}},
+		"collision":    {collidingSpec(), engine.Options{}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, wantErr := engine.Evaluate(ctx, c.spec, c.opts)
@@ -150,6 +160,10 @@ func TestPoolMatchesInProcess(t *testing.T) {
 				g := got.Targets[i]
 				if g.Digest != w.Digest || g.ID() != w.ID() || g.Cluster != w.Cluster {
 					t.Errorf("target %s: digest %s, want %s", w.ID(), g.Digest, w.Digest)
+				}
+				var gc, wc *engine.CollisionError
+				if !reflect.DeepEqual(g.Collisions, w.Collisions) || errors.As(g.Err, &gc) != errors.As(w.Err, &wc) {
+					t.Errorf("target %s: collisions %v (%v), want %v (%v)", w.ID(), g.Collisions, g.Err, w.Collisions, w.Err)
 				}
 				if len(g.Objects) != len(w.Objects) {
 					t.Fatalf("target %s: %d objects, want %d", w.ID(), len(g.Objects), len(w.Objects))

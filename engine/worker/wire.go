@@ -88,6 +88,7 @@ type wireTarget struct {
 	Err        *wireError         `json:"err,omitempty"`
 	Selected   bool               `json:"selected,omitempty"`
 	Violations []engine.Violation `json:"violations,omitempty"`
+	Collisions []engine.Collision `json:"collisions,omitempty"`
 }
 
 // wireError is an error's message and the causes callers test for with
@@ -165,7 +166,7 @@ func toWireResponse(res *engine.Result, err error) *evalResponse {
 	for i, t := range res.Targets {
 		w := &wireTarget{
 			Name: t.Name, Namespace: t.Namespace, Cluster: t.Cluster, Selected: t.Selected,
-			Digests: t.Digests, Digest: t.Digest, Violations: t.Violations,
+			Digests: t.Digests, Digest: t.Digest, Violations: t.Violations, Collisions: t.Collisions,
 			Err: toWireError(t.Err, len(t.Violations) > 0),
 		}
 		w.Objects = make([]map[string]any, len(t.Objects))
@@ -187,8 +188,11 @@ func fromWireResponse(resp *evalResponse) (*engine.Result, error) {
 	for i, wt := range w.Targets {
 		t := &engine.TargetResult{
 			Name: wt.Name, Namespace: wt.Namespace, Cluster: wt.Cluster, Selected: wt.Selected,
-			Digests: wt.Digests, Digest: wt.Digest, Violations: wt.Violations,
+			Digests: wt.Digests, Digest: wt.Digest, Violations: wt.Violations, Collisions: wt.Collisions,
 			Err: fromWireError(wt.Err, wt.Violations),
+		}
+		if re, ok := t.Err.(*remoteError); ok && len(wt.Collisions) > 0 {
+			re.cause = &engine.CollisionError{Collisions: wt.Collisions}
 		}
 		if wt.Objects != nil {
 			t.Objects = make([]*unstructured.Unstructured, len(wt.Objects))
