@@ -33,6 +33,17 @@ test: ## Run every test (installs what the tests need first: etcd, sshd, kube-ap
 test-short: ## Run the fast unit tests only.
 	$(GO) test -short $(PKGS)
 
+# FUZZ_TARGETS are the fuzz targets make fuzz runs, as package:FuzzName.
+FUZZ_TARGETS := ./engine:FuzzDecodeDocuments ./engine:FuzzLoadSyncFiles ./engine:FuzzPatch ./lang/starlark:FuzzLoadAndCall
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target (FUZZ_TARGETS) for FUZZTIME (default 30s); the seed corpora (testdata/fuzz) also run in make test.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
+
 .PHONY: demo
 demo: ## Start a local control plane, run the operator on the examples, show their status (DEMO_EXIT=1: exit once all are Ready).
 	hack/test-deps.sh

@@ -125,12 +125,12 @@ func compileSelector(s *v1alpha1.PatchSelector) (*selector, error) {
 	}
 	var err error
 	if s.Name != "" {
-		if sel.name, err = regexp.Compile("^(?:" + s.Name + ")$"); err != nil {
+		if sel.name, err = anchored(s.Name); err != nil {
 			return nil, fmt.Errorf("name: %w", err)
 		}
 	}
 	if s.Namespace != "" {
-		if sel.ns, err = regexp.Compile("^(?:" + s.Namespace + ")$"); err != nil {
+		if sel.ns, err = anchored(s.Namespace); err != nil {
 			return nil, fmt.Errorf("namespace: %w", err)
 		}
 	}
@@ -145,6 +145,16 @@ func compileSelector(s *v1alpha1.PatchSelector) (*selector, error) {
 		}
 	}
 	return sel, nil
+}
+
+// anchored compiles a regular expression that must match a whole name. The
+// pattern must be one on its own: "a)|(.*" would otherwise close the
+// anchoring group and match every name.
+func anchored(pattern string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(pattern); err != nil {
+		return nil, err
+	}
+	return regexp.Compile("^(?:" + pattern + ")$")
 }
 
 func (s *selector) matches(o *unstructured.Unstructured) bool {
