@@ -43,6 +43,9 @@ object is validated against the ManifestSync's spec.schemas and against
 each --policy package (a directory of CUE files: an object of kind K is
 unified with #K and #Object where the package defines them).
 
+Two targets that write one object (the same cluster, namespace, kind and
+name) are a finding at the second target's line.
+
 Every finding names a file and line: the ManifestSync's for problems of
 its spec, the schema's or policy's for problems of an output object, with
 the ManifestSync's target and the object (TARGET/Kind namespace/name).
