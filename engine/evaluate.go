@@ -123,7 +123,7 @@ func (r *Result) Err() error {
 // Every error it returns, and every target's, has the Secret values of the
 // evaluation masked (Result.Redactor).
 func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
-	red := inputRedactor(spec.Snapshots)
+	red := SnapshotRedactor(spec.Snapshots)
 	res, err := evaluate(ctx, spec, opts, red)
 	if res != nil {
 		res.Redactor = red

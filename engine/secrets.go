@@ -6,11 +6,11 @@ import (
 	"github.com/manifestsync/manifestsync/engine/redact"
 )
 
-// inputRedactor knows the Secret values of the snapshots: object sources
+// SnapshotRedactor knows the Secret values of the snapshots: object sources
 // that are Secrets, and Secrets in the sources' manifest files, including
 // those of sources that contribute only through a kustomize build (scripts
 // can still read their files).
-func inputRedactor(snaps map[string]*Snapshot) *redact.Redactor {
+func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
 	red := redact.New()
 	for _, s := range snaps {
 		if s == nil {

@@ -17,6 +17,7 @@ package redact
 import (
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,3 +231,73 @@ type Error struct {
 
 func (e *Error) Error() string { return e.msg }
 func (e *Error) Unwrap() error { return e.err }
+
+// Object returns obj for showing to a person: a Secret with every value of
+// data and stringData replaced by Mask, any other object with every string
+// that holds a known value masked. obj is not modified; what needs no
+// change is shared with it.
+func (r *Redactor) Object(obj map[string]any) map[string]any {
+	if r.Empty() && !IsSecret(obj) {
+		return obj
+	}
+	if IsSecret(obj) {
+		out := maps.Clone(obj)
+		for _, field := range []string{"data", "stringData"} {
+			m, ok := obj[field].(map[string]any)
+			if !ok {
+				continue
+			}
+			masked := make(map[string]any, len(m))
+			for k := range m {
+				masked[k] = Mask
+			}
+			out[field] = masked
+		}
+		obj = out
+	}
+	masked, _ := r.value(obj)
+	return masked.(map[string]any)
+}
+
+// value masks the strings of a JSON-shaped value, copying only the maps
+// and lists on the way to a string it changes; changed says whether it did.
+func (r *Redactor) value(v any) (out any, changed bool) {
+	switch v := v.(type) {
+	case string:
+		m := r.String(v)
+		return m, m != v
+	case map[string]any:
+		var copied map[string]any
+		for k, e := range v {
+			m, ch := r.value(e)
+			if !ch {
+				continue
+			}
+			if copied == nil {
+				copied = maps.Clone(v)
+			}
+			copied[k] = m
+		}
+		if copied == nil {
+			return v, false
+		}
+		return copied, true
+	case []any:
+		var copied []any
+		for i, e := range v {
+			m, ch := r.value(e)
+			if !ch {
+				continue
+			}
+			if copied == nil {
+				copied = slices.Clone(v)
+			}
+			copied[i] = m
+		}
+		if copied == nil {
+			return v, false
+		}
+		return copied, true
+	}
+	return v, false
+}

@@ -122,3 +122,41 @@ func FuzzString(f *testing.F) {
 		}
 	})
 }
+
+func TestObject(t *testing.T) {
+	secret := map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"name": "db"},
+		"data":       map[string]any{"password": "cGFzc3dvcmQtdmFsdWU="},
+		"stringData": map[string]any{"user": "admin-user"},
+	}
+	r := New()
+	r.AddObject(secret)
+	got := r.Object(secret)
+	if got["data"].(map[string]any)["password"] != Mask || got["stringData"].(map[string]any)["user"] != Mask {
+		t.Errorf("Secret not masked: %v", got)
+	}
+	if secret["data"].(map[string]any)["password"] != "cGFzc3dvcmQtdmFsdWU=" {
+		t.Errorf("the Secret given was modified")
+	}
+	cm := map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata":   map[string]any{"name": "app"},
+		"data":       map[string]any{"dsn": "postgres://admin-user:password-value@db", "mode": "prod"},
+		"list":       []any{"x", map[string]any{"y": "password-value"}},
+	}
+	got = r.Object(cm)
+	if d := got["data"].(map[string]any)["dsn"]; d != "postgres://***:***@db" {
+		t.Errorf("dsn = %q", d)
+	}
+	if y := got["list"].([]any)[1].(map[string]any)["y"]; y != Mask {
+		t.Errorf("list item = %q", y)
+	}
+	if cm["data"].(map[string]any)["dsn"] != "postgres://admin-user:password-value@db" {
+		t.Errorf("the ConfigMap given was modified")
+	}
+	plain := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x"}}
+	if got := r.Object(plain); fmt.Sprintf("%p", got) != fmt.Sprintf("%p", plain) {
+		t.Errorf("an object without secrets was copied")
+	}
+}
