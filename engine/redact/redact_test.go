@@ -141,9 +141,9 @@ func TestObject(t *testing.T) {
 	}
 	cm := map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata":   map[string]any{"name": "app"},
-		"data":       map[string]any{"dsn": "postgres://admin-user:password-value@db", "mode": "prod"},
-		"list":       []any{"x", map[string]any{"y": "password-value"}},
+		"metadata": map[string]any{"name": "app"},
+		"data":     map[string]any{"dsn": "postgres://admin-user:password-value@db", "mode": "prod"},
+		"list":     []any{"x", map[string]any{"y": "password-value"}},
 	}
 	got = r.Object(cm)
 	if d := got["data"].(map[string]any)["dsn"]; d != "postgres://***:***@db" {
