@@ -19,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -64,6 +65,11 @@ type Result struct {
 	Inputs v1alpha1.Inputs
 	// Revision is a digest over every input: status.lastEvaluatedRevision.
 	Revision string
+	// Redactor knows every Secret value the evaluation read or produced.
+	// The errors of the result are masked with it already; whatever else
+	// the caller says about this evaluation (apply errors, events, logs,
+	// printed objects) must pass it too.
+	Redactor *redact.Redactor
 }
 
 // TargetResult is one target's objects, or why it has none.
@@ -117,15 +123,40 @@ func (r *Result) Err() error {
 // means nothing could be evaluated (a bad spec, a missing snapshot, a script
 // that does not load); a target that fails on its own carries its error in
 // its TargetResult.
+//
+// Every error it returns, and every target's, has the Secret values of the
+// evaluation masked (Result.Redactor).
 func Evaluate(ctx context.Context, spec Spec, opts Options) (*Result, error) {
+	red := SnapshotRedactor(spec.Snapshots)
+	res, err := evaluate(ctx, spec, opts, red)
+	if res != nil {
+		res.Redactor = red
+		for _, t := range res.Targets {
+			if t == nil {
+				continue
+			}
+			t.Err = red.Error(t.Err)
+			for i := range t.Violations {
+				t.Violations[i].Msg = red.String(t.Violations[i].Msg)
+			}
+		}
+	}
+	return res, red.Error(err)
+}
+
+func evaluate(ctx context.Context, spec Spec, opts Options, red *redact.Redactor) (*Result, error) {
 	if errs := Validate(spec.Sync); len(errs) > 0 {
 		return nil, errs
 	}
 	if opts.Scope == nil {
 		opts.Scope = BuiltinScope
 	}
-	e := &evaluation{spec: spec.Sync, opts: opts, snaps: map[string]*Snapshot{}}
-	if err := e.resolveSources(spec.Snapshots); err != nil {
+	e := &evaluation{spec: spec.Sync, opts: opts, snaps: map[string]*Snapshot{}, red: red}
+	err := e.resolveSources(spec.Snapshots)
+	for _, in := range e.objects {
+		red.AddObject(in.Object) // kustomize builds make Secrets of their own
+	}
+	if err != nil {
 		return nil, err
 	}
 	targets, err := e.expandTargets()
@@ -174,6 +205,9 @@ type evaluation struct {
 	spec  *v1alpha1.ManifestSyncSpec
 	opts  Options
 	snaps map[string]*Snapshot // every source, kustomize ones built
+	// red learns the Secrets of every target's output as it is made, so
+	// that one target's error never shows another's Secret.
+	red *redact.Redactor
 
 	inputs    v1alpha1.Inputs
 	revision  string
@@ -541,10 +575,14 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
 		}
 	}
+	e.learnSecrets(objs)
 	for i, p := range e.patches[t.spec.Name] {
 		if err := p.apply(objs); err != nil {
 			return fail(fmt.Errorf("patches[%d]: %w", i, err))
 		}
+	}
+	if len(e.patches[t.spec.Name]) > 0 {
+		e.learnSecrets(objs)
 	}
 	seen := make(map[string]int, len(objs))
 	for i, o := range objs {
@@ -592,6 +630,13 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		return fail(err)
 	}
 	return res
+}
+
+// learnSecrets tells the redactor the Secret values of objs.
+func (e *evaluation) learnSecrets(objs []*unstructured.Unstructured) {
+	for _, o := range objs {
+		e.red.AddObject(o.Object)
+	}
 }
 
 func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]any, error) {

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"encoding/base64"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/manifestsync/manifestsync/lang/cue"
@@ -109,9 +107,7 @@ func (e *evaluation) validateObjects(objs []map[string]any, names []string, orig
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", names[i], err)
 			}
-			secrets := secretValues(objs[i])
 			for _, v := range vs {
-				v.Msg = maskSecrets(v.Msg, secrets)
 				out = append(out, Violation{Object: names[i], Origin: origins[i], Violation: v})
 			}
 			if len(vs) == 0 && filled != nil {
@@ -133,42 +129,4 @@ func (e *evaluation) origin(kind string) cue.Position {
 		return cue.Position{}
 	}
 	return cue.Position{File: pos.Filename(), Line: int(pos.Line), Column: int(pos.Col)}
-}
-
-// secretValues are the values of a Secret's data and stringData (both as
-// written and, for data, decoded), which messages must never show: a
-// violation's message can quote the value it is about, and it ends up in
-// status, events and logs. Values shorter than 3 bytes are left out, as
-// masking them would garble the rest of the message.
-func secretValues(obj map[string]any) []string {
-	if obj["kind"] != "Secret" {
-		return nil
-	}
-	var out []string
-	for _, field := range []string{"data", "stringData"} {
-		m, _ := obj[field].(map[string]any)
-		for _, v := range m {
-			s, ok := v.(string)
-			if !ok || len(s) < 3 {
-				continue
-			}
-			out = append(out, s)
-			if field == "data" {
-				if b, err := base64.StdEncoding.DecodeString(s); err == nil && len(b) >= 3 {
-					out = append(out, string(b))
-				}
-			}
-		}
-	}
-	// The longest first, so that a value holding another is masked whole.
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
-}
-
-// maskSecrets replaces every secret value in msg with "***".
-func maskSecrets(msg string, secrets []string) string {
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, "***")
-	}
-	return msg
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
@@ -122,9 +123,25 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	}
 	diffs, err := controller.DryRun(ctx, c, ms, res.Targets, controller.Options{InstanceID: f.instanceID})
 	if err != nil {
-		return usageErr("diff: %s: %w", cfg.Host, err)
+		return usageErr("diff: %s: %w", cfg.Host, res.Redactor.Error(err))
 	}
+	redactDiffs(diffs, res.Redactor)
 	return report(stdout, stderr, diffs)
+}
+
+// redactDiffs masks the evaluation's Secret values in the errors of diffs
+// and in the objects other than Secrets (whose values maskSecret hides,
+// telling changed ones from unchanged).
+func redactDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) {
+	for i := range diffs {
+		d := &diffs[i]
+		d.Err = red.Error(d.Err)
+		for _, o := range []*unstructured.Unstructured{d.Live, d.Desired} {
+			if o != nil && !redact.IsSecret(o.Object) {
+				o.Object = red.Object(o.Object)
+			}
+		}
+	}
 }
 
 // evaluateForDiff evaluates the ManifestSync as eval does, but with the

@@ -503,3 +503,25 @@ func TestDiffNewNamespace(t *testing.T) {
 	wantContains(t, stdout, "# dev: Namespace "+ns+": would be created\n", "# dev: ConfigMap "+ns+"/web: would be created\n", "+  color: blue\n")
 	wantContains(t, stderr, "2 to create, 0 to configure")
 }
+
+// A Secret's value copied into another object, or quoted by the API
+// server refusing it, is masked too.
+func TestDiffSecretValueElsewhere(t *testing.T) {
+	env := needCluster(t)
+	const value = "Diff Secret Value!"
+	dir, _ := newSyncDir(t, env, map[string]string{
+		"secret.yaml": secretYAML("admin", value),
+		"web.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {dsn: 'postgres://admin:" + value + "@db'}\n",
+		"bad.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad, labels: {pw: '" + value + "'}}\n",
+	})
+	code, stdout, stderr := diff(t, dir)
+	if code != 2 {
+		t.Errorf("exit %d, want 2 (an object would fail)", code)
+	}
+	wantContains(t, stdout, "would fail: ", `Invalid value: "***"`, "dsn: postgres://***:***@db")
+	for _, s := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+		if strings.Contains(stdout, s) || strings.Contains(stderr, s) {
+			t.Errorf("the output shows %q", s)
+		}
+	}
+}

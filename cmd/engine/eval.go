@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	yaml3 "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +33,8 @@ type evalFlags struct {
 	output  string
 	outDir  string
 	limits  lstar.Limits
+	// showSecrets prints Secret values; by default they are masked.
+	showSecrets bool
 }
 
 func newEvalCmd() *cobra.Command {
@@ -51,6 +54,10 @@ user cache directory (manifestsync/git), so a second run costs one ref
 listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
 branch:NAME, commit:HASH.
 
+Secret values are masked as *** in what eval prints or writes, as in its
+errors; --show-secrets prints them (for piping into kubectl apply). Digests
+are always those of the real objects.
+
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -64,6 +71,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 	fl.StringArrayVar(&f.sets, "set", nil, "KEY=VALUE: set a param for every target; KEY may be dotted (a.b.c), VALUE is YAML (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
+	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
 	addLimitFlags(fl, &f.limits)
 	return cmd
 }
@@ -249,6 +257,9 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 			return err
 		}
 	}
+	if !f.showSecrets {
+		res = maskedResult(res)
+	}
 	if f.output == "json" && f.outDir == "" {
 		return writeJSON(stdout, res, res.Targets)
 	}
@@ -280,6 +291,22 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 		}
 	}
 	return nil
+}
+
+// maskedResult is res with every object masked by res.Redactor for
+// showing; digests stay those of the real objects.
+func maskedResult(res *engine.Result) *engine.Result {
+	out := *res
+	out.Targets = make([]*engine.TargetResult, len(res.Targets))
+	for i, t := range res.Targets {
+		mt := *t
+		mt.Objects = make([]*unstructured.Unstructured, len(t.Objects))
+		for j, o := range t.Objects {
+			mt.Objects[j] = &unstructured.Unstructured{Object: res.Redactor.Object(o.Object)}
+		}
+		out.Targets[i] = &mt
+	}
+	return &out
 }
 
 func targetDisplay(t *engine.TargetResult) string {

@@ -15,6 +15,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/stdlib"
@@ -102,7 +103,10 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 			}
 			snaps[tf.root] = snap
 		}
-		p, fl := runStarTestFile(ctx, stdout, f.limits, tf, engine.SnapshotFiles{tf.source(): snap}, filter)
+		// What a test prints or fails with never shows the Secrets of
+		// the tree it reads.
+		out := &redactingWriter{w: stdout, r: engine.SnapshotRedactor(map[string]*engine.Snapshot{tf.source(): snap})}
+		p, fl := runStarTestFile(ctx, out, f.limits, tf, engine.SnapshotFiles{tf.source(): snap}, filter)
 		passed += p
 		failedN += fl
 	}
@@ -213,4 +217,18 @@ func findStarTests(paths []string) ([]starTestFile, error) {
 		}
 	}
 	return out, nil
+}
+
+// redactingWriter masks what a redactor knows in every write; each write
+// must hold whole values (the test runner writes whole lines).
+type redactingWriter struct {
+	w io.Writer
+	r *redact.Redactor
+}
+
+func (w *redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.w, w.r.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

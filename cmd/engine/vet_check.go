@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
@@ -306,7 +307,21 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 			v.rep.Errors = append(v.rep.Errors, tr.Err)
 		}
 	}
+	s.redact(res.Redactor)
 	return s
+}
+
+// redact masks the Secret values of the evaluation in every message of
+// the report: a policy's message quotes the value it is about.
+func (s *syncReport) redact(r *redact.Redactor) {
+	for _, t := range s.Targets {
+		for _, f := range t.Findings {
+			f.Message = r.String(f.Message)
+		}
+		if t.Err != nil {
+			t.Err.Msg = r.String(t.Err.Msg)
+		}
+	}
 }
 
 // checkSpec validates the ManifestSync against the CRD, as the API server

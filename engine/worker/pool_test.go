@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -113,6 +114,13 @@ def main(ctx):
     ]
 `
 
+// secretScript makes a Secret, whose value the parent must learn.
+const secretScript = `
+def main(ctx):
+    s = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "made-in-the-worker"}}
+    return [s]
+`
+
 // scope says Widgets are cluster-scoped, which BuiltinScope does not know.
 func scope(gvk schema.GroupVersionKind) (bool, bool) {
 	if gvk.Kind == "Widget" {
@@ -134,6 +142,7 @@ func TestPoolMatchesInProcess(t *testing.T) {
 		"invalid":      {engine.Spec{Sync: &v1alpha1.ManifestSyncSpec{}}, engine.Options{}},
 		"limit":        {inlineSpec("def main(ctx):\n    for i in range(1 << 30):\n        pass\n"), engine.Options{Limits: limits(1000)}},
 		"collision":    {collidingSpec(), engine.Options{}},
+		"secret":       {inlineSpec(secretScript), engine.Options{}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, wantErr := engine.Evaluate(ctx, c.spec, c.opts)
@@ -152,6 +161,12 @@ func TestPoolMatchesInProcess(t *testing.T) {
 			}
 			if fmt.Sprint(got.Err()) != fmt.Sprint(want.Err()) {
 				t.Errorf("targets' error %v, want %v", got.Err(), want.Err())
+			}
+			// The parent masks what the worker's evaluation knew.
+			for _, v := range want.Redactor.Values() {
+				if m := got.Redactor.String(v); m != redact.Mask {
+					t.Errorf("the parent's redactor leaves %q as %q", v, m)
+				}
 			}
 			if len(got.Targets) != len(want.Targets) {
 				t.Fatalf("%d targets, want %d", len(got.Targets), len(want.Targets))

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -76,6 +77,8 @@ type wireResult struct {
 	Targets  []*wireTarget   `json:"targets"`
 	Inputs   v1alpha1.Inputs `json:"inputs"`
 	Revision string          `json:"revision"`
+	// Secrets are what the result's Redactor masks.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 type wireTarget struct {
@@ -162,7 +165,7 @@ func toWireResponse(res *engine.Result, err error) *evalResponse {
 	if res == nil {
 		return out
 	}
-	out.Result = &wireResult{Inputs: res.Inputs, Revision: res.Revision, Targets: make([]*wireTarget, len(res.Targets))}
+	out.Result = &wireResult{Inputs: res.Inputs, Revision: res.Revision, Secrets: res.Redactor.Values(), Targets: make([]*wireTarget, len(res.Targets))}
 	for i, t := range res.Targets {
 		w := &wireTarget{
 			Name: t.Name, Namespace: t.Namespace, Cluster: t.Cluster, Selected: t.Selected,
@@ -184,7 +187,7 @@ func fromWireResponse(resp *evalResponse) (*engine.Result, error) {
 		return nil, err
 	}
 	w := resp.Result
-	res := &engine.Result{Inputs: w.Inputs, Revision: w.Revision, Targets: make([]*engine.TargetResult, len(w.Targets))}
+	res := &engine.Result{Inputs: w.Inputs, Revision: w.Revision, Redactor: redact.New(w.Secrets...), Targets: make([]*engine.TargetResult, len(w.Targets))}
 	for i, wt := range w.Targets {
 		t := &engine.TargetResult{
 			Name: wt.Name, Namespace: wt.Namespace, Cluster: wt.Cluster, Selected: wt.Selected,

@@ -1,14 +1,16 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -60,14 +62,35 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m, &env, startRemote, startOperator))
 }
 
+// operatorLogs is everything the operator logs, for tests that check what
+// it must never log.
+var operatorLogs lockedBuffer
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // startOperator runs the controller manager against env, as `engine
 // operator` does, with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
 func startOperator(e *testenv.Env) (func(), error) {
-	log := logr.Discard()
+	var out io.Writer = &operatorLogs
 	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
-		log = zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+		out = io.MultiWriter(&operatorLogs, os.Stderr)
 	}
-	ctrl.SetLogger(log)
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(out)))
 	skip := true
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,

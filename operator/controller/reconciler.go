@@ -175,6 +175,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 
 	outcomes := r.syncTargets(ctx, ms, res, st)
 	pr := r.prune(ctx, ms, outcomes)
+	redactOutcomes(res.Redactor, outcomes, &pr)
 	for _, o := range outcomes {
 		if o.record != nil {
 			st.targets[o.target.ID()] = o.record
@@ -230,6 +231,7 @@ func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alph
 	if res != nil {
 		recordEvaluation(ms, res, "", reason, now)
 	}
+	cause = st.redactor(res).Error(cause)
 	setConditions(ms, reason, cause.Error())
 	event := EventSyncFailed
 	if reason == v1alpha1.ReasonValidationFailed {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -119,4 +121,21 @@ func (k evalKey) equal(o evalKey) bool {
 		slices.EqualFunc(k.namespaces, o.namespaces, func(a, b engine.Namespace) bool {
 			return a.Name == b.Name && maps.Equal(a.Labels, b.Labels)
 		}) && (k.namespaces == nil) == (o.namespaces == nil)
+}
+
+// redactor knows the Secret values to mask in what a sync reports: the
+// evaluation's, when there was one, else the last successful one's, else
+// those of the sources last read.
+func (st *syncState) redactor(res *engine.Result) *redact.Redactor {
+	switch {
+	case res != nil:
+		return res.Redactor
+	case st.eval != nil:
+		return st.eval.result.Redactor
+	}
+	snaps := make(map[string]*engine.Snapshot, len(st.sources))
+	for ref, s := range st.sources {
+		snaps[fmt.Sprint(ref)] = s
+	}
+	return engine.SnapshotRedactor(snaps)
 }

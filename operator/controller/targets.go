@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -36,6 +37,20 @@ type targetOutcome struct {
 	corrected bool
 	// record is what to remember of the target; nil forgets it.
 	record *targetRecord
+}
+
+// redactOutcomes masks the evaluation's Secret values in every error of a
+// sync before anything reports it: the API server's errors quote the
+// values they refuse (an invalid label, a field of the wrong form), and
+// from here errors reach status, events and logs.
+func redactOutcomes(red *redact.Redactor, outcomes []*targetOutcome, pr *pruneResult) {
+	for _, o := range outcomes {
+		o.err = red.Error(o.err)
+		for i := range o.changes {
+			o.changes[i].Err = red.Error(o.changes[i].Err)
+		}
+	}
+	pr.err = red.Error(pr.err)
 }
 
 // failures are the target's errors, conflicts left out.

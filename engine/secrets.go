@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"bytes"
+
+	"github.com/manifestsync/manifestsync/engine/redact"
+)
+
+// SnapshotRedactor knows the Secret values of the snapshots: object sources
+// that are Secrets, and Secrets in the sources' manifest files, including
+// those of sources that contribute only through a kustomize build (scripts
+// can still read their files).
+func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
+	red := redact.New()
+	for _, s := range snaps {
+		if s == nil {
+			continue
+		}
+		if s.Object != nil {
+			red.AddObject(s.Object)
+		}
+		for p, data := range s.Files {
+			if !isManifestFile(p) || !bytes.Contains(data, []byte("Secret")) {
+				continue
+			}
+			docs, err := DecodeDocuments(data)
+			if err != nil {
+				continue // the evaluation reports it where it reads the file
+			}
+			for _, d := range docs {
+				addSecrets(red, d.Value)
+			}
+		}
+	}
+	return red
+}
+
+// addSecrets adds v when it is a Secret, and the Secrets of v's items when
+// it is a List.
+func addSecrets(red *redact.Redactor, v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	red.AddObject(m)
+	if items, ok := m["items"].([]any); ok {
+		for _, it := range items {
+			addSecrets(red, it)
+		}
+	}
+}
