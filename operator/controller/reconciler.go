@@ -336,6 +336,10 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 	for _, o := range outcomes {
 		id := o.target.ID()
 		for _, c := range o.changes {
+			var war *writeWarError
+			if errors.As(c.Err, &war) {
+				writeWarsTotal.WithLabelValues(ms.Namespace, ms.Name, id).Inc()
+			}
 			switch {
 			case c.wrote():
 				objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricApplied).Inc()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -253,6 +254,9 @@ func TestWriteWarWithAnotherWriter(t *testing.T) {
 		t.Errorf("target row %+v", row)
 	}
 	waitEvent(t, ms, EventConflict, object+": write war")
+	if n := testutil.ToFloat64(writeWarsTotal.WithLabelValues(ms.Namespace, ms.Name, "t0")); n < 1 {
+		t.Errorf("manifestsync_write_wars_total is %v", n)
+	}
 
 	// A new desired object is written at once.
 	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) {
