@@ -203,6 +203,11 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
 		return ctrl.Result{}, err
 	}
+	if after, ok := writeWarsOnly(outcomes); ok && reason == v1alpha1.ReasonConflict {
+		// Retried when the first refused write is allowed again, not
+		// after a backoff that the war's quick failures have grown.
+		return ctrl.Result{RequeueAfter: after}, nil
+	}
 	if reason != v1alpha1.ReasonSynced {
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}

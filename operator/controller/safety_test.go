@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -256,6 +257,12 @@ func TestWriteWarWithAnotherWriter(t *testing.T) {
 	waitEvent(t, ms, EventConflict, object+": write war")
 	if n := testutil.ToFloat64(writeWarsTotal.WithLabelValues(ms.Namespace, ms.Name, "t0")); n < 1 {
 		t.Errorf("manifestsync_write_wars_total is %v", n)
+	}
+	// Retried when the window lets the object be written again (within
+	// the default minute), not after a backoff.
+	res, err := reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)})
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("a resync during the war: %+v, %v; want a requeue within the window", res, err)
 	}
 
 	// A new desired object is written at once.

@@ -145,6 +145,9 @@ func TestWriteGuard(t *testing.T) {
 	if !errors.As(err, &war) || !strings.Contains(err.Error(), "ConfigMap web/cfg: write war") {
 		t.Fatalf("the 4th write within the window: %v", err)
 	}
+	if !war.allowed.Equal(time.Unix(60, 0)) {
+		t.Errorf("allowed again at %v, want when the first write leaves the window", war.allowed)
+	}
 	// Another writer, or another object, is not at war.
 	if err := g.allow(writeKey{writer: "home.other/t0", id: k.id}, "d1"); err != nil {
 		t.Errorf("another writer: %v", err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -51,6 +52,9 @@ type writeWarError struct {
 	id     objectID
 	writes int
 	window time.Duration
+	// allowed is when the write will be allowed again: the oldest write
+	// of the window leaves it then.
+	allowed time.Time
 }
 
 func (e *writeWarError) Error() string {
@@ -74,7 +78,7 @@ func (g *writeGuard) allow(k writeKey, digest string) error {
 	if len(l.times) < g.limit {
 		return nil
 	}
-	return &writeWarError{id: k.id, writes: len(l.times), window: g.window}
+	return &writeWarError{id: k.id, writes: len(l.times), window: g.window, allowed: l.times[0].Add(g.window)}
 }
 
 // wrote records that digest was written to k's object, changing it.
@@ -116,4 +120,28 @@ func (g *writeGuard) sweep(now time.Time) {
 			delete(g.logs, k)
 		}
 	}
+}
+
+// writeWarsOnly reports whether every problem of the outcomes is a write
+// war and, if so, how long until the first refused write is allowed.
+func writeWarsOnly(outcomes []*targetOutcome) (time.Duration, bool) {
+	var first time.Time
+	for _, o := range outcomes {
+		if len(o.failures()) > 0 || o.empty != nil {
+			return 0, false
+		}
+		for _, err := range o.conflicts() {
+			var war *writeWarError
+			if !errors.As(err, &war) {
+				return 0, false
+			}
+			if first.IsZero() || war.allowed.Before(first) {
+				first = war.allowed
+			}
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(time.Until(first), time.Second), true
 }
