@@ -112,6 +112,9 @@ nine tenths of what the evaluation workers leave of it.`,
 		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
 	fl.BoolVar(&f.reconcilerOpts.RequireServiceAccount, "require-service-account", false,
 		"fail every ManifestSync without spec.serviceAccountName, so that all in-cluster writes impersonate a tenant's service account")
+	fl.IntVar(&f.reconcilerOpts.WriteWarLimit, "write-war-limit", 5,
+		"how many times one object may be rewritten to the same desired state within --write-war-window; one write more is a write war, refused and reported as a Conflict")
+	fl.DurationVar(&f.reconcilerOpts.WriteWarWindow, "write-war-window", time.Minute, "the window of --write-war-limit")
 	addLimitFlags(fl, &f.reconcilerOpts.Limits)
 	addEvalWorkerFlags(fl, &f.evalWorkers)
 	// Failed syncs are reported in status and events; their log lines

@@ -74,6 +74,8 @@ type applier struct {
 	policy  v1alpha1.ResourcePolicy
 	// dryRun makes every write a server-side dry run (engine diff).
 	dryRun bool
+	// guard refuses the writes of a write war; nil refuses none.
+	guard *writeGuard
 }
 
 // apply applies desired, whose digest is given, and says what happened.

@@ -67,8 +67,15 @@ func (c *cluster) applier(base *applier) *applier {
 
 // apply applies one object of target with a, recording the cluster in its
 // inventory item and, for a remote cluster, naming it in its error.
+// A write of a write war is refused, as a Conflict, without a request.
 func (c *cluster) apply(ctx context.Context, a *applier, obj *unstructured.Unstructured, digest, target string) Change {
-	ch := a.apply(ctx, obj, digest, target)
+	key := writeKey{writer: a.owner + "/" + target, cluster: c.ref, id: idOf(obj)}
+	var ch Change
+	if err := a.guard.allow(key, digest); err != nil {
+		ch = Change{Item: itemOf(obj, target), Action: ActionConflict, Err: err}
+	} else if ch = a.apply(ctx, obj, digest, target); ch.wrote() {
+		a.guard.wrote(key, digest)
+	}
 	ch.Item.cluster = c.ref
 	if c.remote && ch.Err != nil && !c.down(ch.Err) {
 		ch.Err = fmt.Errorf("cluster %q: %w", c.name, ch.Err)

@@ -55,6 +55,9 @@ type inventoryItem struct {
 	version string
 	target  string
 	cluster string // "" for this cluster, else "<kubeconfig secret>/<key>"
+	// missing is set when the object was deleted by someone else and
+	// left so (drift Report or Ignore).
+	missing bool
 }
 
 // describe names the object in messages, with its cluster when remote:
@@ -78,7 +81,7 @@ func (it inventoryItem) gvk() schema.GroupVersionKind {
 }
 
 func (it inventoryItem) entry() v1alpha1.InventoryEntry {
-	return v1alpha1.InventoryEntry{ID: it.id.String(), Version: it.version, Target: it.target, Cluster: it.cluster}
+	return v1alpha1.InventoryEntry{ID: it.id.String(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing}
 }
 
 func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
@@ -94,7 +97,7 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 		if err != nil || e.Version == "" {
 			continue
 		}
-		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster})
+		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing})
 	}
 	return items
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -30,7 +32,37 @@ var (
 	// reconciler is the one the manager runs; tests call it directly to
 	// force resyncs.
 	reconciler *Reconciler
+	// recorded counts the events the reconciler records.
+	recorded = &eventCounter{n: map[eventKey]int{}}
 )
+
+// eventCounter passes events on to the manager's recorder and counts them
+// by ManifestSync and reason, so that a test tells an event recorded once
+// from one recorded at every resync: the API server's events fold repeats
+// into a series that is written back only every few minutes.
+type eventCounter struct {
+	recorder.EventRecorder
+	mu sync.Mutex
+	n  map[eventKey]int
+}
+
+type eventKey struct{ namespace, name, reason string }
+
+func (c *eventCounter) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if o, ok := regarding.(client.Object); ok {
+		c.mu.Lock()
+		c.n[eventKey{o.GetNamespace(), o.GetName(), reason}]++
+		c.mu.Unlock()
+	}
+	c.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// count is how many events of the reason ms got.
+func (c *eventCounter) count(ms *v1alpha1.ManifestSync, reason string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[eventKey{ms.Namespace, ms.Name, reason}]
+}
 
 // repos stands in for the git provider: it serves the snapshots of the
 // URLs it holds and, like the operator without one, fails the others.
@@ -109,8 +141,10 @@ func startOperator(e *testenv.Env) (func(), error) {
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
 			Evaluator: evaluators,
 		},
-		Sources: repos,
+		Sources:  repos,
+		Recorder: recorded,
 	}
+	recorded.EventRecorder = mgr.GetEventRecorder(FieldManager)
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		return nil, err

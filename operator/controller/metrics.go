@@ -28,6 +28,10 @@ var (
 		Name: "manifestsync_failures_total",
 		Help: "Failed syncs, by target (empty when nothing was applied) and reason.",
 	}, []string{"namespace", "name", "target", "reason"})
+	writeWarsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_write_wars_total",
+		Help: "Writes refused because the object was rewritten to the same desired state more than --write-war-limit times within --write-war-window: someone keeps changing it back.",
+	}, []string{"namespace", "name", "target"})
 )
 
 var registerMetrics sync.Once
@@ -36,14 +40,14 @@ var registerMetrics sync.Once
 // calling it more than once is harmless.
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
-		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal)
+		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal)
 	})
 }
 
 // forgetMetrics drops every series of a ManifestSync that is gone.
 func forgetMetrics(ns, name string) {
 	labels := prometheus.Labels{"namespace": ns, "name": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, evalDuration, objectsTotal, failuresTotal} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal} {
 		v.DeletePartialMatch(labels)
 	}
 }
@@ -53,7 +57,7 @@ func forgetMetrics(ns, name string) {
 // that the series of a ManifestSync stay as many as its targets.
 func forgetTargetMetrics(ns, name, target string) {
 	labels := prometheus.Labels{"namespace": ns, "name": name, "target": target}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, objectsTotal, failuresTotal} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, objectsTotal, failuresTotal, writeWarsTotal} {
 		v.DeletePartialMatch(labels)
 	}
 }

@@ -58,6 +58,12 @@ type Options struct {
 	// spec.serviceAccountName, so that no tenant writes with the
 	// operator's own permissions (see tenancy.go).
 	RequireServiceAccount bool
+	// WriteWarLimit and WriteWarWindow bound how often one object is
+	// rewritten to the same desired state: one write more than
+	// WriteWarLimit within WriteWarWindow is a write war, refused and
+	// reported as a Conflict (see writewar.go); default 5 and 1m.
+	WriteWarLimit  int
+	WriteWarWindow time.Duration
 }
 
 func (o Options) remoteTimeout() time.Duration {
@@ -66,6 +72,10 @@ func (o Options) remoteTimeout() time.Duration {
 
 func (o Options) deletionTimeout() time.Duration {
 	return orDefault(o.DeletionTimeout, 5*time.Minute)
+}
+
+func (o Options) writeGuard() *writeGuard {
+	return newWriteGuard(orDefault(o.WriteWarLimit, 5), orDefault(o.WriteWarWindow, time.Minute))
 }
 
 func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
@@ -102,6 +112,7 @@ type Reconciler struct {
 	states   states
 	remotes  *remotes  // a client per remote cluster
 	accounts *accounts // a client per impersonated service account
+	guard    *writeGuard
 }
 
 // The permissions of the reconciler's own kinds. Target objects can be of
@@ -193,6 +204,11 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
 		return ctrl.Result{}, err
 	}
+	if after, ok := writeWarsOnly(outcomes); ok && reason == v1alpha1.ReasonConflict {
+		// Retried when the first refused write is allowed again, not
+		// after a backoff that the war's quick failures have grown.
+		return ctrl.Result{RequeueAfter: after}, nil
+	}
 	if reason != v1alpha1.ReasonSynced {
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
@@ -232,12 +248,13 @@ func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alph
 		recordEvaluation(ms, res, "", reason, now)
 	}
 	cause = st.redactor(res).Error(cause)
-	setConditions(ms, reason, cause.Error())
+	msg := setFailedTargets(ms, res, reason, cause)
+	setConditions(ms, reason, msg)
 	event := EventSyncFailed
 	if reason == v1alpha1.ReasonValidationFailed {
 		event = EventValidationFailed
 	}
-	r.event(ms, true, event, "Evaluate", cause.Error())
+	r.event(ms, true, event, "Evaluate", msg)
 	failuresTotal.WithLabelValues(ms.Namespace, ms.Name, "", reason).Inc()
 	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
 		return errors.Join(cause, err)
@@ -326,6 +343,10 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 	for _, o := range outcomes {
 		id := o.target.ID()
 		for _, c := range o.changes {
+			var war *writeWarError
+			if errors.As(c.Err, &war) {
+				writeWarsTotal.WithLabelValues(ms.Namespace, ms.Name, id).Inc()
+			}
 			switch {
 			case c.wrote():
 				objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricApplied).Inc()
@@ -335,7 +356,11 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 		}
 		if !o.ok() {
 			reason := v1alpha1.ReasonApplyFailed
-			if len(o.failures()) == 0 {
+			switch {
+			case len(o.failures()) > 0:
+			case o.empty != nil:
+				reason = v1alpha1.ReasonEmptyOutput
+			default:
 				reason = v1alpha1.ReasonConflict
 			}
 			failuresTotal.WithLabelValues(ms.Namespace, ms.Name, id, reason).Inc()

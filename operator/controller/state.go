@@ -71,6 +71,9 @@ type targetRecord struct {
 type appliedObject struct {
 	item            inventoryItem
 	resourceVersion string
+	// missing is set when the object was deleted by someone else and the
+	// drift policy left it so: it stays in the inventory.
+	missing bool
 }
 
 // states holds the syncState of every ManifestSync seen.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +41,8 @@ func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	switch reason {
 	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed:
 		retrying = true
-	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired:
+	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired,
+		v1alpha1.ReasonEmptyOutput:
 		stalled = true
 	}
 	for _, c := range []struct {
@@ -101,7 +103,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	s := &ms.Status
 	prev := s.Targets
 	s.Targets = make([]v1alpha1.TargetStatus, 0, len(outcomes))
-	var failures, conflicts []string
+	var failures, empties, conflicts []string
 	synced, wrote := 0, false
 	for _, o := range outcomes {
 		t := o.target
@@ -124,9 +126,14 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		for _, err := range o.conflicts() {
 			conflicts = append(conflicts, fmt.Sprintf("target %q: %v", t.ID(), err))
 		}
+		if o.empty != nil {
+			empties = append(empties, o.empty.Error())
+		}
 		switch {
 		case row.State == v1alpha1.TargetSynced && len(o.drift) > 0 && !o.corrected:
 			row.Message = truncate("drifted: " + strings.Join(o.drift, ", "))
+		case o.empty != nil:
+			row.Message = truncate(strings.TrimPrefix(o.empty.Error(), fmt.Sprintf("target %q: ", t.ID())))
 		case row.State != v1alpha1.TargetSynced:
 			row.Message = truncate(joinErrors(append(o.failures(), o.conflicts()...)))
 		case !o.steady:
@@ -147,7 +154,9 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", short(res.Revision), len(outcomes))
 	switch {
 	case len(failures) > 0:
-		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(append(failures, conflicts...), "; ")
+		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(slices.Concat(failures, empties, conflicts), "; ")
+	case len(empties) > 0:
+		reason, msg = v1alpha1.ReasonEmptyOutput, strings.Join(append(empties, conflicts...), "; ")
 	case len(conflicts) > 0:
 		reason, msg = v1alpha1.ReasonConflict, strings.Join(conflicts, "; ")
 	}
@@ -161,6 +170,100 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	}
 	setConditions(ms, reason, msg)
 	return reason, msg
+}
+
+// setFailedTargets sets the target rows of a sync that stopped before any
+// target was touched (res, when there is one, is the evaluation that
+// failed) and returns the failure's message: each distinct error once,
+// with the targets it is of, so that a script failing the same way for
+// every target says so once.
+func setFailedTargets(ms *v1alpha1.ManifestSync, res *engine.Result, reason string, cause error) string {
+	what := "evaluation failed"
+	switch reason {
+	case v1alpha1.ReasonSourceFailed:
+		what = "source failed"
+	case v1alpha1.ReasonValidationFailed:
+		what = "validation failed"
+	case v1alpha1.ReasonServiceAccountRequired:
+		what = "not synced"
+	}
+	s := &ms.Status
+	if res == nil {
+		if len(s.Targets) == 0 {
+			for _, t := range ms.Spec.Targets {
+				s.Targets = append(s.Targets, v1alpha1.TargetStatus{Name: t.Name, Namespace: t.Namespace})
+			}
+		}
+		for i := range s.Targets {
+			s.Targets[i].State, s.Targets[i].Message = v1alpha1.TargetFailed, brief(what+": "+cause.Error())
+		}
+		s.TargetsSummary = fmt.Sprintf("0/%d", len(s.Targets))
+		return cause.Error()
+	}
+	var (
+		rows     = make([]v1alpha1.TargetStatus, 0, len(res.Targets))
+		messages []string                // distinct, in target order
+		of       = map[string][]string{} // message -> target ids
+	)
+	for _, t := range res.Targets {
+		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, Objects: len(t.Objects)}
+		if old := findRow(s.Targets, t.Name, t.Namespace); old != nil {
+			row = *old // what the cluster has stays as it was
+		}
+		if t.Err == nil {
+			row.State, row.Message = v1alpha1.TargetPending, "not applied: the evaluation of other targets failed"
+		} else {
+			msg := strings.TrimPrefix(t.Err.Error(), fmt.Sprintf("target %q: ", t.ID()))
+			row.State, row.Message = v1alpha1.TargetFailed, brief(what+": "+msg)
+			if of[msg] == nil {
+				messages = append(messages, msg)
+			}
+			of[msg] = append(of[msg], t.ID())
+		}
+		rows = append(rows, row)
+	}
+	s.Targets = rows
+	s.TargetsSummary = fmt.Sprintf("0/%d", len(rows))
+	parts := make([]string, len(messages))
+	for i, msg := range messages {
+		parts[i] = targetList(of[msg]) + ": " + msg
+	}
+	return strings.Join(parts, "; ")
+}
+
+// targetList names targets in a message: `target "a"`, `targets "a",
+// "b"`, and past a few, how many more.
+func targetList(ids []string) string {
+	const shown = 5
+	if len(ids) == 1 {
+		return fmt.Sprintf("target %q", ids[0])
+	}
+	quoted := make([]string, 0, shown)
+	for _, id := range ids[:min(len(ids), shown)] {
+		quoted = append(quoted, strconv.Quote(id))
+	}
+	out := "targets " + strings.Join(quoted, ", ")
+	if n := len(ids) - shown; n > 0 {
+		out += fmt.Sprintf(" and %d more", n)
+	}
+	return out
+}
+
+// brief is the first line of a message, cut short, for a target row.
+func brief(msg string) string {
+	const limit = 200
+	msg, _, cut := strings.Cut(msg, "\n")
+	if len(msg) > limit {
+		i := limit
+		for i > 0 && !utf8Start(msg[i]) {
+			i--
+		}
+		msg, cut = msg[:i], true
+	}
+	if cut {
+		msg += "..."
+	}
+	return msg
 }
 
 func anyWrote(changes []Change) bool {
@@ -226,6 +329,8 @@ const (
 	EventConflict         = "Conflict"
 	EventValidationFailed = "ValidationFailed"
 	EventDriftCorrected   = "DriftCorrected"
+	EventDriftDetected    = "DriftDetected"
+	EventEmptyOutput      = "EmptyOutput"
 )
 
 // event records a Kubernetes event on ms; action says what the operator
@@ -247,6 +352,14 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 	for _, o := range outcomes {
 		if o.corrected && anyWrote(o.changes) {
 			r.event(ms, false, EventDriftCorrected, "Apply", fmt.Sprintf("Target %q: re-applied %s", o.target.ID(), strings.Join(o.drift, ", ")))
+		}
+		// A drift is found once: its record then holds the object as it
+		// is, so the event is not repeated at every resync.
+		if len(o.drift) > 0 && !o.corrected && ms.Spec.Policy.Drift == v1alpha1.DriftReport {
+			r.event(ms, true, EventDriftDetected, "Apply", fmt.Sprintf("Target %q: drifted: %s", o.target.ID(), strings.Join(o.drift, ", ")))
+		}
+		if o.empty != nil {
+			r.event(ms, true, EventEmptyOutput, "Prune", o.empty.Error())
 		}
 		for _, c := range o.changes {
 			switch c.Action {

@@ -62,8 +62,65 @@ func TestEvalFailureTouchesNoTarget(t *testing.T) {
 	if got.Status.History[0].Result != v1alpha1.ReasonEvalFailed || got.Status.History[1].Result != v1alpha1.ReasonSynced {
 		t.Errorf("history %+v", got.Status.History)
 	}
-	if len(got.Status.Inventory) != 2 || got.Status.Targets[0].State != v1alpha1.TargetSynced {
-		t.Errorf("inventory or targets changed: %+v %+v", got.Status.Inventory, got.Status.Targets)
+	if len(got.Status.Inventory) != 2 {
+		t.Errorf("inventory changed: %+v", got.Status.Inventory)
+	}
+	// The rows say the evaluation failed; the condition says why once,
+	// although both targets failed the same way.
+	for _, row := range got.Status.Targets {
+		if row.State != v1alpha1.TargetFailed || !strings.HasPrefix(row.Message, "evaluation failed: <inline>:3:") {
+			t.Errorf("target row %+v", row)
+		}
+	}
+	if n := strings.Count(msg, "<inline>:3:"); n != 1 || !strings.HasPrefix(msg, `targets "t0", "t1": <inline>:3:`) {
+		t.Errorf("message %q has the error %d times, want once for both targets", msg, n)
+	}
+	if got.Status.TargetsSummary != "0/2" {
+		t.Errorf("summary %q", got.Status.TargetsSummary)
+	}
+}
+
+// An evaluation that fails differently per target lists each error once,
+// with the targets it is of; a target that evaluated is not applied
+// either, and its row says so.
+func TestEvalFailureListsEachErrorOnce(t *testing.T) {
+	env.Need(t)
+	home := env.Namespace(t, nil)
+	nss := []string{env.Namespace(t, nil), env.Namespace(t, nil), env.Namespace(t, nil), env.Namespace(t, nil)}
+	ms := newSync(home, "evalfail-each", v1alpha1.ManifestSyncSpec{
+		Transform: inline(`
+def main(ctx):
+    if ctx.target.name in ("t0", "t2"):
+        fail("shared failure")
+    if ctx.target.name == "t1":
+        fail("only t1")
+    return []
+`),
+		Targets: targets(nss...),
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonEvalFailed)
+	msg := condition(got, v1alpha1.ConditionReady).Message
+	if strings.Count(msg, "shared failure") != 1 || strings.Count(msg, "only t1") != 1 ||
+		!strings.Contains(msg, `targets "t0", "t2": `) || !strings.Contains(msg, `target "t1": `) || strings.Contains(msg, `"t3"`) {
+		t.Errorf("message %q: want each error once, with its targets", msg)
+	}
+	want := map[string]struct {
+		state v1alpha1.TargetState
+		text  string
+	}{
+		"t0": {v1alpha1.TargetFailed, "shared failure"},
+		"t1": {v1alpha1.TargetFailed, "only t1"},
+		"t2": {v1alpha1.TargetFailed, "shared failure"},
+		"t3": {v1alpha1.TargetPending, "not applied"},
+	}
+	if len(got.Status.Targets) != len(want) {
+		t.Fatalf("rows %+v", got.Status.Targets)
+	}
+	for _, row := range got.Status.Targets {
+		if w := want[row.Name]; row.State != w.state || !strings.Contains(row.Message, w.text) {
+			t.Errorf("row %+v, want %s with %q", row, w.state, w.text)
+		}
 	}
 }
 
@@ -150,6 +207,47 @@ func TestDriftReport(t *testing.T) {
 	})
 	if cm := mustConfigMap(t, ns, "one"); cm.Data["target"] != "edited" {
 		t.Errorf("drift was corrected: %v", cm.Data)
+	}
+	// Reported by an event, once: resyncs do not find it again.
+	waitEvent(t, ms, EventDriftDetected, "ConfigMap "+ns+"/one (changed)")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	resync := func() {
+		t.Helper()
+		for range 3 {
+			if _, err := reconciler.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	resync()
+	if n := recorded.count(ms, EventDriftDetected); n != 1 {
+		t.Errorf("%d DriftDetected events, want 1", n)
+	}
+
+	// A deleted copy is reported too, and stays in the inventory, missing.
+	if err := env.Client.Delete(ctx, mustConfigMap(t, ns, "one")); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, ms, EventDriftDetected, "ConfigMap "+ns+"/one (deleted)")
+	resync()
+	if n := recorded.count(ms, EventDriftDetected); n != 2 {
+		t.Errorf("%d DriftDetected events, want 2", n)
+	}
+	got := &v1alpha1.ManifestSync{}
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+			return err
+		}
+		if inv := got.Status.Inventory; len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing {
+			return fmt.Errorf("inventory %+v, want the deleted object, missing", inv)
+		}
+		return nil
+	})
+	if msg := got.Status.Targets[0].Message; !strings.Contains(msg, "ConfigMap "+ns+"/one (deleted)") {
+		t.Errorf("target message %q", msg)
+	}
+	if _, err := getConfigMap(ns, "one"); err == nil {
+		t.Error("drift Report re-created the deleted object")
 	}
 }
 

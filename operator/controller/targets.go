@@ -28,6 +28,10 @@ type targetOutcome struct {
 	changes []Change
 	// err is why the whole target failed before any object was applied.
 	err error
+	// empty is set when the target's output turned empty while its
+	// inventory is not (and spec.policy.allowEmpty is false): nothing was
+	// applied or pruned.
+	empty *emptyOutputError
 	// steady is set when nothing changed since the last apply, so nothing
 	// was sent.
 	steady bool
@@ -79,12 +83,12 @@ func (o *targetOutcome) conflicts() []error {
 
 // ok reports whether every object of the target was applied (or kept).
 func (o *targetOutcome) ok() bool {
-	return len(o.failures()) == 0 && len(o.conflicts()) == 0
+	return len(o.failures()) == 0 && len(o.conflicts()) == 0 && o.empty == nil
 }
 
 func (o *targetOutcome) state() v1alpha1.TargetState {
 	switch {
-	case len(o.failures()) > 0:
+	case len(o.failures()) > 0 || o.empty != nil:
 		return v1alpha1.TargetFailed
 	case len(o.conflicts()) > 0:
 		return v1alpha1.TargetConflict
@@ -98,8 +102,10 @@ func (o *targetOutcome) owned() []inventoryItem {
 	var items []inventoryItem
 	if o.record != nil && !o.record.partial {
 		for _, a := range o.record.objects {
-			if a.resourceVersion != "" {
-				items = append(items, a.item)
+			if a.resourceVersion != "" || a.missing {
+				it := a.item
+				it.missing = a.missing
+				items = append(items, it)
 			}
 		}
 		return items
@@ -115,7 +121,8 @@ func (o *targetOutcome) owned() []inventoryItem {
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others.
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
-	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(), policy: ms.Spec.Policy.Resources}
+	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(), policy: ms.Spec.Policy.Resources, guard: r.guard}
+	held := r.heldEmpty(ms, res)
 	out := make([]*targetOutcome, len(res.Targets))
 	// Workers take the next target from a shared counter.
 	var (
@@ -126,6 +133,10 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(res.Targets); i = int(next.Add(1) - 1) {
 				t := res.Targets[i]
+				if e := held[t.ID()]; e != nil {
+					out[i] = &targetOutcome{target: t, empty: e}
+					continue
+				}
 				start := time.Now()
 				out[i] = r.syncTarget(ctx, ms, a, res.Revision, t, st.targets[t.ID()])
 				if !out[i].steady {
@@ -206,6 +217,39 @@ func newRecord(revision string, generation int64, digest string, changes []Chang
 	return rec
 }
 
+// emptyOutputError is a target left alone because its output turned
+// empty while its inventory is not.
+type emptyOutputError struct {
+	target    string
+	inventory int
+}
+
+func (e *emptyOutputError) Error() string {
+	return fmt.Sprintf("target %q: the evaluation returned no objects while %d are in its inventory; nothing was pruned (set spec.policy.allowEmpty to prune them)",
+		e.target, e.inventory)
+}
+
+// heldEmpty are the targets, by id, whose output turned empty while their
+// inventory is not: unless spec.policy.allowEmpty, nothing of them is
+// applied or pruned, so that a transform returning nothing by mistake does
+// not delete everything.
+func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) map[string]*emptyOutputError {
+	if ms.Spec.Policy.AllowEmpty {
+		return nil
+	}
+	inventory := map[string]int{}
+	for _, it := range parseInventory(ms.Status.Inventory) {
+		inventory[it.target]++
+	}
+	held := map[string]*emptyOutputError{}
+	for _, t := range res.Targets {
+		if n := inventory[t.ID()]; len(t.Objects) == 0 && n > 0 {
+			held[t.ID()] = &emptyOutputError{target: t.ID(), inventory: n}
+		}
+	}
+	return held
+}
+
 // checkDrift compares the objects applied last with the managed cache:
 // when none changed the target is steady and nothing is sent. A difference
 // is confirmed with the API server (the cache may lag behind our own
@@ -244,9 +288,11 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	policy := ms.Spec.Policy.Drift
 	if policy != v1alpha1.DriftCorrect && policy != "" {
 		// Reported or ignored: remember the objects as they are now, so
-		// that the same drift is not found again.
+		// that the same drift is not found again; a deleted one stays in
+		// the inventory, missing.
 		for _, i := range drifted {
 			next.objects[i].resourceVersion = live[i]
+			next.objects[i].missing = live[i] == ""
 		}
 		out.record = &next
 		return out
@@ -269,9 +315,9 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		next.objects[i].resourceVersion = ch.ResourceVersion
 	}
 	out.corrected = true
-	if out.ok() {
-		out.record = &next
-	}
+	// A retry re-applies only what is still not as recorded.
+	next.partial = !out.ok()
+	out.record = &next
 	return out
 }
 

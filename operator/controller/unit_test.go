@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -121,5 +122,57 @@ func TestPolicyAnnotation(t *testing.T) {
 func TestImmutable(t *testing.T) {
 	if immutable(errors.New("field is immutable")) {
 		t.Error("a plain error is an API error")
+	}
+}
+
+// The write guard refuses one write more than its limit of one desired
+// state within its window, and clears by itself: for a new desired state
+// at once, and as the window passes.
+func TestWriteGuard(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newWriteGuard(3, time.Minute)
+	g.now = func() time.Time { return now }
+	k := writeKey{writer: "home.sync/t0", id: objectID{Namespace: "web", Name: "cfg", Kind: "ConfigMap"}}
+	for i := range 3 {
+		if err := g.allow(k, "d1"); err != nil {
+			t.Fatalf("write %d refused: %v", i+1, err)
+		}
+		g.wrote(k, "d1")
+		now = now.Add(10 * time.Second)
+	}
+	err := g.allow(k, "d1")
+	var war *writeWarError
+	if !errors.As(err, &war) || !strings.Contains(err.Error(), "ConfigMap web/cfg: write war") {
+		t.Fatalf("the 4th write within the window: %v", err)
+	}
+	if !war.allowed.Equal(time.Unix(60, 0)) {
+		t.Errorf("allowed again at %v, want when the first write leaves the window", war.allowed)
+	}
+	// Another writer, or another object, is not at war.
+	if err := g.allow(writeKey{writer: "home.other/t0", id: k.id}, "d1"); err != nil {
+		t.Errorf("another writer: %v", err)
+	}
+	// A new desired state is written at once.
+	if err := g.allow(k, "d2"); err != nil {
+		t.Errorf("a new desired state: %v", err)
+	}
+	// The first write leaves the window 60s after it was made.
+	now = time.Unix(59, 0)
+	if err := g.allow(k, "d1"); err == nil {
+		t.Error("allowed before the first write left the window")
+	}
+	now = time.Unix(60, 0)
+	if err := g.allow(k, "d1"); err != nil {
+		t.Errorf("still refused after the window: %v", err)
+	}
+	// Objects not written within the window are forgotten.
+	now = now.Add(time.Hour)
+	g.wrote(writeKey{writer: "home.sync/t0", id: objectID{Name: "other", Kind: "Namespace"}}, "d")
+	if len(g.logs) != 1 {
+		t.Errorf("the guard holds %d objects, want 1", len(g.logs))
+	}
+	var nilGuard *writeGuard
+	if err := nilGuard.allow(k, "d1"); err != nil {
+		t.Errorf("nil guard: %v", err)
 	}
 }

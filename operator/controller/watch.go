@@ -46,6 +46,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return err
 	}
 	RegisterMetrics()
+	r.guard = r.Options.writeGuard()
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}

@@ -353,6 +353,13 @@ type Policy struct {
 	// +optional
 	// +kubebuilder:default=Correct
 	Drift DriftPolicy `json:"drift,omitempty"`
+	// AllowEmpty lets a target whose evaluation turns empty (no objects)
+	// while its inventory is not prune that inventory. Without it such a
+	// target is left alone, nothing pruned and nothing applied, and the
+	// ManifestSync is Ready=False with reason EmptyOutput: a transform
+	// that returns nothing by mistake must not delete everything.
+	// +optional
+	AllowEmpty bool `json:"allowEmpty,omitempty"`
 }
 
 // Condition types and reasons of a ManifestSync.
@@ -367,6 +374,10 @@ const (
 	ReasonValidationFailed = "ValidationFailed"
 	ReasonApplyFailed      = "ApplyFailed"
 	ReasonConflict         = "Conflict"
+	// ReasonEmptyOutput: a target's evaluation turned empty while its
+	// inventory is not, and spec.policy.allowEmpty is false; nothing of
+	// it was pruned.
+	ReasonEmptyOutput = "EmptyOutput"
 	// ReasonServiceAccountRequired: the operator requires
 	// spec.serviceAccountName and the ManifestSync has none.
 	ReasonServiceAccountRequired = "ServiceAccountRequired"
@@ -460,6 +471,11 @@ type InventoryEntry struct {
 	// Secret "<name>/<key>"; empty for this cluster.
 	// +optional
 	Cluster string `json:"cluster,omitempty"`
+	// Missing is set when the object was deleted by someone else and,
+	// under spec.policy.drift Report or Ignore, not re-created: it stays
+	// in the inventory so that pruning and status still know it.
+	// +optional
+	Missing bool `json:"missing,omitempty"`
 }
 
 // HistoryEntry is one evaluated revision.
