@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 }
 
 // startOperator runs the controller manager against env, as `engine
-// operator` does, with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
+// operator` does (with its API server probe), with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
 func startOperator(e *testenv.Env) (func(), error) {
 	log := logr.Discard()
 	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
@@ -69,14 +69,21 @@ func startOperator(e *testenv.Env) (func(), error) {
 	}
 	ctrl.SetLogger(log)
 	skip := true
+	apiServer, err := NewAPIServerProbe(e.Config)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: &skip},
-		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer},
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := apiServer.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,6 +92,7 @@ func startOperator(e *testenv.Env) (func(), error) {
 			RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
 			Evaluator: evaluators,
+			APIServer: apiServer,
 		},
 		Sources: repos,
 	}

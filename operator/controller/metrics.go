@@ -28,6 +28,14 @@ var (
 		Name: "manifestsync_failures_total",
 		Help: "Failed syncs, by target (empty when nothing was applied) and reason.",
 	}, []string{"namespace", "name", "target", "reason"})
+	apiServerReachable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "manifestsync_apiserver_reachable",
+		Help: "1 while the API server answers its /readyz, 0 while it does not (unreachable or not ready): watches wait, and the operator is not ready.",
+	})
+	apiServerOutages = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "manifestsync_apiserver_outages_total",
+		Help: "Times the API server stopped answering its /readyz (outages shorter than a scrape interval show here only).",
+	})
 )
 
 var registerMetrics sync.Once
@@ -36,7 +44,7 @@ var registerMetrics sync.Once
 // calling it more than once is harmless.
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
-		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal)
+		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, apiServerReachable, apiServerOutages)
 	})
 }
 

@@ -58,6 +58,11 @@ type Options struct {
 	// spec.serviceAccountName, so that no tenant writes with the
 	// operator's own permissions (see tenancy.go).
 	RequireServiceAccount bool
+	// APIServer, when set, holds the list and watch calls of the caches
+	// the reconciler makes while the API server does not answer, so that
+	// they resume at once when it does (see APIServerProbe); the manager's
+	// cache should take its NewInformer too.
+	APIServer *APIServerProbe
 }
 
 func (o Options) remoteTimeout() time.Duration {
