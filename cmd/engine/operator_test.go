@@ -1,6 +1,19 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
 
 // The operator sets no client-side limit unless --kube-api-qps asks for
 // one: client-go would read a QPS of 0 as 5 requests per second.
@@ -22,4 +35,87 @@ func TestClientLimits(t *testing.T) {
 			t.Errorf("clientLimits(%v, %d) = %v, %d; want %v, %d", c.qps, c.burst, qps, burst, c.wantQPS, c.wantBurst)
 		}
 	}
+}
+
+// engine operator serves its API server probe: while the API server is
+// down its /readyz fails and manifestsync_apiserver_reachable is 0; both
+// recover when the API server is back. (operator/e2e's TestAPIServerOutage
+// checks what the operator's watches do meanwhile.)
+func TestOperatorAPIServerProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver; skipped under -short")
+	}
+	env, err := testenv.Start() // its own: killed below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kc, err := env.Kubeconfig("operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics, probes := freeAddr(t), freeAddr(t)
+	cmd := newOperatorCmd()
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--eval-in-process"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine operator: %v", err)
+		}
+	})
+
+	probe := func(code int, gauge string) func() error {
+		return func() error {
+			res, err := http.Get("http://" + probes + "/readyz/apiserver")
+			if err != nil {
+				return err
+			}
+			res.Body.Close()
+			if res.StatusCode != code {
+				return fmt.Errorf("/readyz/apiserver: %d, want %d", res.StatusCode, code)
+			}
+			res, err = http.Get("http://" + metrics + "/metrics")
+			if err != nil {
+				return err
+			}
+			defer res.Body.Close()
+			body, err := io.ReadAll(res.Body)
+			if err != nil {
+				return err
+			}
+			if want := "\nmanifestsync_apiserver_reachable " + gauge + "\n"; !strings.Contains(string(body), want) {
+				return fmt.Errorf("/metrics has no %q", strings.TrimSpace(want))
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, probe(http.StatusOK, "1"))
+	if err := env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, probe(http.StatusInternalServerError, "0"))
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, probe(http.StatusOK, "1"))
+}
+
+// freeAddr is an address of 127.0.0.1 with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

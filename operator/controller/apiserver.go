@@ -67,7 +67,9 @@ const (
 // NewAPIServerProbe returns a probe of the API server of cfg. It holds
 // nothing until it runs (see SetupWithManager).
 func NewAPIServerProbe(cfg *rest.Config) (*APIServerProbe, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(cfg))
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = probeTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("the API server probe: %w", err)
 	}
