@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,7 +57,7 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	metrics, probes := freeAddr(t), freeAddr(t)
+	metrics, probes := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	cmd := newOperatorCmd()
 	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--eval-in-process"})
 	cmd.SetOut(io.Discard)
@@ -107,15 +106,4 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, probe(http.StatusOK, "1"))
-}
-
-// freeAddr is an address of 127.0.0.1 with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

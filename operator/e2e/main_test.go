@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +73,7 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	probeAddr := freeAddr(t)
+	probeAddr := testenv.FreeAddr(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 funcr.New(logs.add, funcr.Options{}),
@@ -146,17 +145,6 @@ func (l *logLines) with(substrings ...string) []string {
 		}
 	}
 	return out
-}
-
-// freeAddr is an address of 127.0.0.1 with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // eventually calls cond every 50ms until it returns nil, and fails the test

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -209,6 +210,18 @@ func (e *Env) apiServerPID() (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no kube-apiserver process with %s", want)
+}
+
+// FreeAddr is an address of 127.0.0.1 with a port free a moment ago, for
+// a server that takes an address rather than a listener.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // Kubeconfig returns a kubeconfig of a new user in the group
