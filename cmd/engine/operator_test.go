@@ -1,13 +1,15 @@
 package main
 
 import (
-	"context"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,17 +60,29 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics, probes := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	cmd := newOperatorCmd()
-	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metrics, "--health-probe-bind-address", probes, "--eval-in-process"})
-	cmd.SetOut(io.Discard)
-	cmd.SetErr(io.Discard)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
+	// A process of its own: controller-runtime's globals (controller
+	// names, metrics) are the test process's.
+	engine, err := exec.LookPath("engine") // testscript.Main's
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := exec.Command(engine, "operator", "--kubeconfig", kubeconfig, "--metrics-bind-address", metrics,
+		"--health-probe-bind-address", probes, "--eval-in-process")
+	var logs bytes.Buffer
+	op.Stdout, op.Stderr = &logs, &logs
+	if err := op.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("engine operator: %v", err)
+		_ = op.Process.Signal(syscall.SIGTERM)
+		if err := op.Wait(); err != nil {
+			t.Errorf("engine operator: %v\n%s", err, &logs)
+		}
+		// The outage is logged once, when it begins and when it ends.
+		for _, msg := range []string{`"msg":"API server unreachable`, `"msg":"API server reachable again`} {
+			if n := strings.Count(logs.String(), msg); n != 1 {
+				t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, &logs)
+			}
 		}
 	})
 
