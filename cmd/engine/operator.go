@@ -71,6 +71,12 @@ clusters writing to one shared cluster then never take over, prune or
 correct each other's objects (an object of another instance is a Conflict
 under policy Sync).
 
+While the API server does not answer its /readyz, the operator logs it
+once (and once more when it answers again, with the outage's length),
+/readyz fails and the metric manifestsync_apiserver_reachable is 0; its
+watches wait and resume within a second or two of the API server
+answering again.
+
 Targets with a cluster (targets[].cluster.kubeConfigSecretRef) are synced
 with that kubeconfig's credentials, each request bounded by
 --remote-timeout; an unreachable cluster fails only its own targets. A
@@ -167,6 +173,14 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	// While the API server does not answer, the operator is not ready and
+	// its caches' watches wait for it, so that they resume at once when it
+	// answers again (see controller.APIServerProbe).
+	apiServer, err := controller.NewAPIServerProbe(cfg)
+	if err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	f.reconcilerOpts.APIServer = apiServer
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
@@ -178,7 +192,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		// The reconciler caches ManifestSyncs and the metadata of what it
 		// watches; object bodies (Secrets above all) are read on demand
 		// and never cached cluster-wide.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer},
 	})
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -188,6 +202,9 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
+	}
+	if err := apiServer.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
 	}
 	f.reconcilerOpts.Concurrency = f.concurrency
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers

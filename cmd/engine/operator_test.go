@@ -1,6 +1,20 @@
 package main
 
-import "testing"
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
 
 // The operator sets no client-side limit unless --kube-api-qps asks for
 // one: client-go would read a QPS of 0 as 5 requests per second.
@@ -22,4 +36,88 @@ func TestClientLimits(t *testing.T) {
 			t.Errorf("clientLimits(%v, %d) = %v, %d; want %v, %d", c.qps, c.burst, qps, burst, c.wantQPS, c.wantBurst)
 		}
 	}
+}
+
+// engine operator serves its API server probe: while the API server is
+// down its /readyz fails and manifestsync_apiserver_reachable is 0; both
+// recover when the API server is back. (operator/e2e's TestAPIServerOutage
+// checks what the operator's watches do meanwhile.)
+func TestOperatorAPIServerProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver; skipped under -short")
+	}
+	env, err := testenv.Start() // its own: killed below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kc, err := env.Kubeconfig("operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics, probes := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	// A process of its own: controller-runtime's globals (controller
+	// names, metrics) are the test process's.
+	engine, err := exec.LookPath("engine") // testscript.Main's
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := exec.Command(engine, "operator", "--kubeconfig", kubeconfig, "--metrics-bind-address", metrics,
+		"--health-probe-bind-address", probes, "--eval-in-process")
+	var logs bytes.Buffer
+	op.Stdout, op.Stderr = &logs, &logs
+	if err := op.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = op.Process.Signal(syscall.SIGTERM)
+		if err := op.Wait(); err != nil {
+			t.Errorf("engine operator: %v\n%s", err, &logs)
+		}
+		// The outage is logged once, when it begins and when it ends.
+		for _, msg := range []string{`"msg":"API server unreachable`, `"msg":"API server reachable again`} {
+			if n := strings.Count(logs.String(), msg); n != 1 {
+				t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, &logs)
+			}
+		}
+	})
+
+	probe := func(code int, gauge string) func() error {
+		return func() error {
+			res, err := http.Get("http://" + probes + "/readyz/apiserver")
+			if err != nil {
+				return err
+			}
+			res.Body.Close()
+			if res.StatusCode != code {
+				return fmt.Errorf("/readyz/apiserver: %d, want %d", res.StatusCode, code)
+			}
+			res, err = http.Get("http://" + metrics + "/metrics")
+			if err != nil {
+				return err
+			}
+			defer res.Body.Close()
+			body, err := io.ReadAll(res.Body)
+			if err != nil {
+				return err
+			}
+			if want := "\nmanifestsync_apiserver_reachable " + gauge + "\n"; !strings.Contains(string(body), want) {
+				return fmt.Errorf("/metrics has no %q", strings.TrimSpace(want))
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, probe(http.StatusOK, "1"))
+	if err := env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, probe(http.StatusInternalServerError, "0"))
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, probe(http.StatusOK, "1"))
 }

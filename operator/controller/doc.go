@@ -16,6 +16,10 @@
 // Remote objects are not watched for drift: they are checked at every
 // resync (spec.interval, or any other trigger) instead. A deleted
 // ManifestSync waits at most Options.DeletionTimeout for its objects to go.
+// While this cluster's API server does not answer, an APIServerProbe
+// (apiserver.go) says so (log, metric, readiness) and holds the caches'
+// list and watch calls, so that the watches resume within seconds of its
+// return instead of after client-go's backoff.
 // With spec.serviceAccountName, every in-cluster read of a target object or
 // object source, and every write, impersonates that account (tenancy.go).
 //

@@ -116,7 +116,7 @@ func (b *lockedBuffer) String() string {
 }
 
 // startOperator runs the controller manager against env, as `engine
-// operator` does, with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
+// operator` does (with its API server probe), with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
 func startOperator(e *testenv.Env) (func(), error) {
 	var out io.Writer = &operatorLogs
 	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
@@ -124,14 +124,21 @@ func startOperator(e *testenv.Env) (func(), error) {
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(out)))
 	skip := true
+	apiServer, err := NewAPIServerProbe(e.Config)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: &skip},
-		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer},
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := apiServer.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -140,6 +147,7 @@ func startOperator(e *testenv.Env) (func(), error) {
 			RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
 			Evaluator: evaluators,
+			APIServer: apiServer,
 		},
 		Sources:  repos,
 		Recorder: recorded,

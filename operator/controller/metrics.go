@@ -32,6 +32,14 @@ var (
 		Name: "manifestsync_write_wars_total",
 		Help: "Writes refused because the object was rewritten to the same desired state more than --write-war-limit times within --write-war-window: someone keeps changing it back.",
 	}, []string{"namespace", "name", "target"})
+	apiServerReachable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "manifestsync_apiserver_reachable",
+		Help: "1 while the API server answers its /readyz, 0 while it does not (unreachable or not ready): watches wait, and the operator is not ready.",
+	})
+	apiServerOutages = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "manifestsync_apiserver_outages_total",
+		Help: "Times the API server stopped answering its /readyz (outages shorter than a scrape interval show here only).",
+	})
 )
 
 var registerMetrics sync.Once
@@ -40,7 +48,7 @@ var registerMetrics sync.Once
 // calling it more than once is harmless.
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
-		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal)
+		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, apiServerReachable, apiServerOutages)
 	})
 }
 

@@ -64,6 +64,11 @@ type Options struct {
 	// reported as a Conflict (see writewar.go); default 5 and 1m.
 	WriteWarLimit  int
 	WriteWarWindow time.Duration
+	// APIServer, when set, holds the list and watch calls of the caches
+	// the reconciler makes while the API server does not answer, so that
+	// they resume at once when it does (see APIServerProbe); the manager's
+	// cache should take its NewInformer too.
+	APIServer *APIServerProbe
 }
 
 func (o Options) remoteTimeout() time.Duration {

@@ -81,6 +81,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Mapper:               mgr.GetRESTMapper(),
 		DefaultLabelSelector: labels.NewSelector().Add(*owned),
 		DefaultTransform:     cache.TransformStripManagedFields(),
+		NewInformer:          r.Options.APIServer.NewInformer,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the cache of managed objects: %w", err)
@@ -115,6 +116,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				Mapper:            mgr.GetRESTMapper(),
 				DefaultNamespaces: map[string]cache.Config{namespace: {}},
 				DefaultTransform:  cache.TransformStripManagedFields(),
+				NewInformer:       r.Options.APIServer.NewInformer,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("creating the cache of namespace %q: %w", namespace, err)

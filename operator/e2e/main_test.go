@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,36 +44,55 @@ func TestMain(m *testing.M) {
 // operator is a controller manager running one Reconciler, with real git
 // sources (cached in memory), that sees only the ManifestSyncs of its
 // namespaces, so that the operators of several tests, or of one test, do
-// not reconcile each other's. MANIFESTSYNC_TEST_LOG=1 shows its logs.
+// not reconcile each other's. Like engine operator, it probes the API
+// server (its readiness checks are served at probeURL). MANIFESTSYNC_TEST_LOG=1
+// shows its logs.
 type operator struct {
 	mgr ctrl.Manager
+	// probeURL is the base URL of its /healthz and /readyz.
+	probeURL string
+	// logs are the lines its manager logged.
+	logs *logLines
 }
 
 func startOperator(t *testing.T, opts controller.Options, namespaces ...string) *operator {
 	t.Helper()
-	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
+	show := os.Getenv("MANIFESTSYNC_TEST_LOG") != ""
+	if show {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
+	logs := &logLines{show: show}
 	skip := true
 	scoped := map[string]cache.Config{}
 	for _, ns := range namespaces {
 		scoped[ns] = cache.Config{}
 	}
+	apiServer, err := controller.NewAPIServerProbe(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeAddr := testenv.FreeAddr(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
+		Logger:                 funcr.New(logs.add, funcr.Options{}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		HealthProbeBindAddress: probeAddr,
 		Controller:             config.Controller{SkipNameValidation: &skip},
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject:         map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Namespaces: scoped}},
+			NewInformer:      apiServer.NewInformer,
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := apiServer.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	opts.APIServer = apiServer
 	if opts.RetryMin == 0 {
 		opts.RetryMin, opts.RetryMax = 100*time.Millisecond, time.Second
 	}
@@ -91,7 +113,38 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("the manager's cache did not sync")
 	}
-	return &operator{mgr: mgr}
+	return &operator{mgr: mgr, probeURL: "http://" + probeAddr, logs: logs}
+}
+
+// logLines records the lines of a funcr logger (and prints them when
+// show is set).
+type logLines struct {
+	show  bool
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(prefix, args string) {
+	line := prefix + " " + args
+	if l.show {
+		fmt.Fprintln(os.Stderr, line)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+// with are the lines that hold every one of substrings.
+func (l *logLines) with(substrings ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if !slices.ContainsFunc(substrings, func(s string) bool { return !strings.Contains(line, s) }) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // eventually calls cond every 50ms until it returns nil, and fails the test

@@ -16,8 +16,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,6 +169,59 @@ func (e *Env) StopAPIServer() error {
 // same address, certificates and etcd: the cluster is back as it was.
 func (e *Env) StartAPIServer() error {
 	return e.env.ControlPlane.APIServer.Start()
+}
+
+// KillAPIServer kills the kube-apiserver at once (SIGKILL), leaving etcd
+// running, as a crash or a lost node would: its connections break and
+// nothing answers until StartAPIServer. (StopAPIServer stops it gracefully,
+// which takes up to its 30s stop timeout while clients hold watches.)
+func (e *Env) KillAPIServer() error {
+	pid, err := e.apiServerPID()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+	}
+	// Stop finds it gone once envtest has reaped it.
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return e.env.ControlPlane.APIServer.Stop()
+}
+
+// apiServerPID finds the kube-apiserver of e by its certificate
+// directory, which is e's own (envtest does not tell its process).
+func (e *Env) apiServerPID() (int, error) {
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		return 0, err
+	}
+	want := "--cert-dir=" + e.certDir
+	for _, path := range procs {
+		cmdline, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want) {
+			return strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		}
+	}
+	return 0, fmt.Errorf("no kube-apiserver process with %s", want)
+}
+
+// FreeAddr is an address of 127.0.0.1 with a port free a moment ago, for
+// a server that takes an address rather than a listener.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // Kubeconfig returns a kubeconfig of a new user in the group
