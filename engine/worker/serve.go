@@ -17,8 +17,8 @@ import (
 )
 
 // Serve is a worker's main loop: it reads the config, bounds the process's
-// memory, then evaluates requests from r one at a time and writes each
-// result to w, until r ends. Nothing else may write to w: the caller points
+// memory, then answers requests from r one at a time (evaluations, test
+// files, validations) and writes each answer to w, until r ends. Nothing else may write to w: the caller points
 // os.Stdout elsewhere (stray output would corrupt the protocol).
 func Serve(r io.Reader, w io.Writer) error {
 	s := &server{in: bufio.NewReaderSize(r, 1<<16), out: bufio.NewWriterSize(w, 1<<16)}
