@@ -122,12 +122,19 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 		return err
 	}
 	if err != nil {
-		return failed(fmt.Errorf("%s: %w", f.file, err))
+		err = fmt.Errorf("%s: %w", f.file, err)
+		if err, ok := timedOut(err); ok {
+			return err
+		}
+		return failed(err)
 	}
 	if err := writeResult(stdout, res, f); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	if err := res.Err(); err != nil {
+		if err, ok := timedOut(err); ok {
+			return err
+		}
 		return failed(err)
 	}
 	return nil

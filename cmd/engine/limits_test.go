@@ -47,6 +47,10 @@ import "list"
 // 3M iterations; CUE compiles this with no context to stop it.
 _n: [for i in list.Range(0, 2000, 1) for j in list.Range(0, 1500, 1) if i*j < 0 {i}]
 objects: [{apiVersion: "v1", kind: "ConfigMap", metadata: name: "c", data: n: "\(len(_n))"}]
+-- loop/app/transform.star --
+def main(ctx):
+    for i in range(1 << 40):
+        pass
 -- slowpolicy/policy.cue --
 package policy
 
@@ -124,7 +128,8 @@ func limitFixtureDir(t *testing.T) string {
 	files := txtar.Parse([]byte(limitFixtures)).Files
 	files = append(files,
 		txtar.File{Name: "bomb/sync.yaml", Data: fmt.Appendf(nil, limitSync, "bomb", "starlark: {source: app, path: transform.star}")},
-		txtar.File{Name: "cue/sync.yaml", Data: fmt.Appendf(nil, limitSync, "slow", "cue: {source: app, path: gen, expression: objects}")})
+		txtar.File{Name: "cue/sync.yaml", Data: fmt.Appendf(nil, limitSync, "slow", "cue: {source: app, path: gen, expression: objects}")},
+		txtar.File{Name: "loop/sync.yaml", Data: fmt.Appendf(nil, limitSync, "loop", "starlark: {source: app, path: transform.star}")})
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -241,5 +246,16 @@ func TestDiffMemoryLimit(t *testing.T) {
 	q := resource.MustParse(testWorkerLimit)
 	if bound := q.Value() + testRSSSlack; r.maxRSS > bound {
 		t.Errorf("peak RSS %d MiB, want at most %d MiB", r.maxRSS>>20, bound>>20)
+	}
+}
+
+// TestStarlarkTimeoutExit: a transform that Starlark's own timeout stops,
+// before the worker's kill, exits 2 as a kill does, with the script's line.
+func TestStarlarkTimeoutExit(t *testing.T) {
+	dir := limitFixtureDir(t)
+	r := runEngine(t, dir, "eval", "-f", "loop/sync.yaml", "--timeout", "500ms", "--max-steps", "100000000000")
+	want := `engine: target "dev": loop/app/transform.star:2:5: timeout of 500ms exceeded (--timeout)` + "\n"
+	if r.code != exitUsage || r.stderr != want {
+		t.Errorf("exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitUsage, want)
 	}
 }

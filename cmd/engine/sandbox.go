@@ -89,3 +89,14 @@ func killed(what string, err error) (error, bool) {
 	}
 	return &exitError{code: exitUsage, err: err}, true
 }
+
+// timedOut turns an evaluation error that the Starlark or CUE timeout
+// inside the worker ended (before the worker's kill) into exit status 2,
+// as the kill's, naming the flag; ok is false for any other error.
+func timedOut(err error) (_ error, ok bool) {
+	var le *lstar.LimitError
+	if !errors.As(err, &le) || le.Limit != lstar.LimitTimeout {
+		return err, false
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("%w (--timeout)", err)}, true
+}
