@@ -228,8 +228,8 @@ func TestMaxMemoryFlag(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"eval", "-f", sync, "--max-memory", "128Mi"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "kind: ConfigMap") {
-		t.Errorf("--max-memory 128Mi: exit %d, %q %q", code, stdout.String(), stderr.String())
+	if code := run([]string{"eval", "-f", sync, "--max-memory", testWorkerLimit}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "kind: ConfigMap") {
+		t.Errorf("--max-memory %s: exit %d, %q %q", testWorkerLimit, code, stdout.String(), stderr.String())
 	}
 }
 
