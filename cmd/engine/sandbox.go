@@ -39,10 +39,25 @@ const killGrace = time.Second
 // point it at the engine command testscript puts on $PATH.
 var workerCommand []string
 
-// addMaxMemoryFlag adds --max-memory.
+// addMaxMemoryFlag adds --max-memory; newSandbox parses it.
 func addMaxMemoryFlag(fl *pflag.FlagSet, p *string) {
-	fl.StringVar(p, "max-memory", defaultMaxMemory, "memory limit of the worker process every evaluation runs in (a quantity of at least 128Mi: 512Mi, 1Gi)")
+	*p = defaultMaxMemory
+	fl.Var(quantityValue{p}, "max-memory", "memory limit of the worker process every evaluation runs in, at least 128Mi (1Gi, 2G)")
 }
+
+// quantityValue is a flag that holds a quantity as written (512Mi); it
+// shows "quantity" as its type in help.
+type quantityValue struct{ p *string }
+
+func (v quantityValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+
+func (v quantityValue) Set(s string) error { *v.p = s; return nil }
+func (v quantityValue) Type() string       { return "quantity" }
 
 // newSandbox returns the worker pool command evaluates in, one worker
 // of maxMemory (a quantity) killed timeout after it starts anything (the
