@@ -12,7 +12,7 @@ func TestCoreStaysOffline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
-	out, err := exec.Command("go", "list", "-deps", "../lang/...", "../stdlib/...", "./", "./source", "./worker").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", "../lang/...", "../stdlib/...", "./", "./source", "./startest", "./worker").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

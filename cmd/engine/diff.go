@@ -23,6 +23,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
+	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
@@ -56,9 +57,12 @@ The cluster is that of --kubeconfig, else $KUBECONFIG, else ~/.kube/config,
 in its current context or --context. Without metadata.namespace, the
 ManifestSync is in the context's namespace.
 
+The evaluation runs in a worker process, bounded as in eval by
+--max-memory and --timeout.
+
 Exit status: 0 nothing would change, 1 something would, 2 error (bad flags,
-unreadable input, failed evaluation, unreachable cluster, an object the
-API server would refuse).`,
+unreadable input, failed evaluation or one stopped at a limit, unreachable
+cluster, an object the API server would refuse).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDiff(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
@@ -74,6 +78,7 @@ API server would refuse).`,
 	fl.StringVar(&f.instanceID, "instance-id", "", "diff as the operator with this --instance-id would sync (its owner label and field manager)")
 	fl.DurationVar(&f.timeout, "request-timeout", 30*time.Second, "limit of each request to the API server")
 	addLimitFlags(fl, &f.limits)
+	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
 }
 
@@ -84,6 +89,11 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	if f.file == "" {
 		return usageErr("diff: -f sync.yaml is required")
 	}
+	pool, stop, err := newSandbox("diff", f.maxMemory, f.limits.Timeout)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	if err := controller.ValidateInstanceID(f.instanceID); err != nil {
 		return usageErr("diff: --instance-id: %v", err)
 	}
@@ -117,7 +127,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 			return usageErr("diff: kubeconfig: %w", err)
 		}
 	}
-	res, err := evaluateForDiff(ctx, c, sf, ms, f)
+	res, err := evaluateForDiff(ctx, pool, c, sf, ms, f)
 	if err != nil {
 		return err
 	}
@@ -148,7 +158,7 @@ func redactDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) {
 // cluster's discovery for scopes and its namespaces for namespaceSelector
 // targets, as the operator does. Every failure is an error (exit 2): there
 // is nothing to compare.
-func evaluateForDiff(ctx context.Context, c client.Client, sf *engine.SyncFile, ms *v1alpha1.ManifestSync, f *diffFlags) (*engine.Result, error) {
+func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf *engine.SyncFile, ms *v1alpha1.ManifestSync, f *diffFlags) (*engine.Result, error) {
 	if err := applySets(&ms.Spec, f.sets); err != nil {
 		return nil, err
 	}
@@ -168,7 +178,10 @@ func evaluateForDiff(ctx context.Context, c client.Client, sf *engine.SyncFile, 
 		}
 		break
 	}
-	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	res, err := pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	if err, ok := killed(f.file, err); ok {
+		return nil, err
+	}
 	if err != nil {
 		return nil, usageErr("%s: %w", f.file, err)
 	}

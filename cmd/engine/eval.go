@@ -35,6 +35,8 @@ type evalFlags struct {
 	limits  lstar.Limits
 	// showSecrets prints Secret values; by default they are masked.
 	showSecrets bool
+	// maxMemory bounds the worker the evaluation runs in (a quantity).
+	maxMemory string
 }
 
 func newEvalCmd() *cobra.Command {
@@ -58,7 +60,13 @@ Secret values are masked as *** in what eval prints or writes, as in its
 errors; --show-secrets prints them (for piping into kubectl apply). Digests
 are always those of the real objects.
 
-Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
+The evaluation runs in a worker process: its memory is bounded by
+--max-memory and its wall-clock time, from loading the sources' code to
+validating the output, by --timeout. An evaluation past either ends with
+an error naming the limit, and exit status 2.
+
+Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
+evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEval(cmd.Context(), cmd.OutOrStdout(), &f)
@@ -73,6 +81,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error.`,
 	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
 	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
 	addLimitFlags(fl, &f.limits)
+	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
 }
 
@@ -86,7 +95,7 @@ type flagSet interface {
 func addLimitFlags(fl flagSet, l *lstar.Limits) {
 	d := lstar.DefaultLimits()
 	fl.Uint64Var(&l.MaxSteps, "max-steps", d.MaxSteps, "Starlark execution steps per target")
-	fl.DurationVar(&l.Timeout, "timeout", d.Timeout, "wall-clock limit per target")
+	fl.DurationVar(&l.Timeout, "timeout", d.Timeout, "wall-clock limit of the whole evaluation: loading, compiling, running and validating")
 	fl.IntVar(&l.MaxObjects, "max-objects", d.MaxObjects, "objects a target may have")
 	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
 }
@@ -101,6 +110,11 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	if f.output != "yaml" && f.output != "json" {
 		return usageErr("eval: -o %q: want yaml or json", f.output)
 	}
+	pool, stop, err := newSandbox("eval", f.maxMemory, f.limits.Timeout)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	sf, err := readSyncFile(f.file)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
@@ -118,17 +132,27 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	if err != nil {
 		return err
 	}
-	res, err := engine.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
+	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
 		Limits:  f.limits,
 		Targets: f.targets,
 	})
+	if err, ok := killed(f.file, err); ok {
+		return err
+	}
 	if err != nil {
-		return failed(fmt.Errorf("%s: %w", f.file, err))
+		err = fmt.Errorf("%s: %w", f.file, err)
+		if err, ok := timedOut(err); ok {
+			return err
+		}
+		return failed(err)
 	}
 	if err := writeResult(stdout, res, f); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	if err := res.Err(); err != nil {
+		if err, ok := timedOut(err); ok {
+			return err
+		}
 		return failed(err)
 	}
 	return nil

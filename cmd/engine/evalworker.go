@@ -11,13 +11,14 @@ import (
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
 
-// newEvalWorkerCmd is the hidden command the operator starts its
-// evaluation workers with (engine/worker): it speaks the worker protocol
-// on stdin and stdout until stdin closes.
+// newEvalWorkerCmd is the hidden command the operator and the offline
+// commands (eval, vet, test, diff) start their evaluation workers with
+// (engine/worker): it speaks the worker protocol on stdin and stdout until
+// stdin closes.
 func newEvalWorkerCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "eval-worker",
-		Short:  "Evaluate for the operator in a memory-limited process (internal)",
+		Short:  "Evaluate for the operator and the offline commands in a memory-limited process (internal)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,9 +15,24 @@ import (
 var update = flag.Bool("update", false, "rewrite expected outputs")
 
 func TestMain(m *testing.M) {
-	testscript.Main(clusterM{m}, map[string]func(){
+	testscript.Main(workerM{clusterM{m}}, map[string]func(){
 		"engine": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
+}
+
+// workerM runs the tests with the CLI's evaluation workers started as the
+// engine command testscript puts on $PATH: this test binary would run the
+// tests again.
+type workerM struct{ m testscript.TestingM }
+
+func (w workerM) Run() int {
+	exe, err := exec.LookPath(programName)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "no %s on $PATH: %v\n", programName, err)
+		return 1
+	}
+	workerCommand = []string{exe, "eval-worker"}
+	return w.m.Run()
 }
 
 // TestScripts runs the CLI scenarios in testdata/script/*.txtar.

@@ -8,23 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"go.starlark.net/starlark"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/startest"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
-	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // starTestFlags are the flags of engine test.
 type starTestFlags struct {
-	run    string
-	limits lstar.Limits
+	run       string
+	limits    lstar.Limits
+	maxMemory string
 }
 
 func newTestCmd() *cobra.Command {
@@ -44,7 +43,13 @@ directory for a file given by name); nothing outside it can be loaded.
 Each test prints PASS or FAIL with its file:line, a failure is followed
 by its error; the last line counts them: "N passed, N failed".
 
-Exit status: 0 all passed, 1 a test failed, 2 usage error or no tests.`,
+Each file runs in a worker process: its memory is bounded by --max-memory,
+and the wall-clock time of the whole file (its load and all its tests) by
+--timeout. A file past either ends the run with an error naming the limit
+and the file.
+
+Exit status: 0 all passed, 1 a test failed, 2 usage error, no tests, or a
+file stopped at --max-memory or --timeout.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStarTests(cmd.Context(), cmd.OutOrStdout(), &f, args)
@@ -54,24 +59,9 @@ Exit status: 0 all passed, 1 a test failed, 2 usage error or no tests.`,
 	fl.StringVar(&f.run, "run", "", "REGEXP: run only the tests whose name matches")
 	d := lstar.DefaultLimits()
 	fl.Uint64Var(&f.limits.MaxSteps, "max-steps", d.MaxSteps, "Starlark execution steps per file load and per test")
-	fl.DurationVar(&f.limits.Timeout, "timeout", d.Timeout, "wall-clock limit per file load and per test")
+	fl.DurationVar(&f.limits.Timeout, "timeout", d.Timeout, "wall-clock limit of a test file: its load and all its tests")
+	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
-}
-
-// starTestFile is a *_test.star file and the tree load() reads from.
-type starTestFile struct {
-	root string // directory; the file's source root
-	rel  string // slash-separated path of the file inside root
-}
-
-// source names the file's one source in messages ("path escapes source
-// "repo""): the root directory's name.
-func (tf starTestFile) source() string {
-	abs, err := filepath.Abs(tf.root)
-	if err != nil || filepath.Base(abs) == string(filepath.Separator) {
-		return "root"
-	}
-	return filepath.Base(abs)
 }
 
 // runStarTests runs every test of every test file under paths.
@@ -79,10 +69,8 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	var filter *regexp.Regexp
 	if f.run != "" {
-		var err error
-		if filter, err = regexp.Compile(f.run); err != nil {
+		if _, err := regexp.Compile(f.run); err != nil {
 			return usageErr("test: --run: %w", err)
 		}
 	}
@@ -93,20 +81,32 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 	if err != nil {
 		return usageErr("test: %w", err)
 	}
+	pool, stop, err := newSandbox("test", f.maxMemory, f.limits.Timeout)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	var passed, failedN int
 	snaps := map[string]*engine.Snapshot{} // by root
 	for _, tf := range files {
-		snap, ok := snaps[tf.root]
+		snap, ok := snaps[tf.Root]
 		if !ok {
-			if snap, err = source.Dir(tf.root, source.Limits{}); err != nil {
+			if snap, err = source.Dir(tf.Root, source.Limits{}); err != nil {
 				return usageErr("test: %w", err)
 			}
-			snaps[tf.root] = snap
+			snaps[tf.Root] = snap
 		}
+		tf.Snapshot = snap
 		// What a test prints or fails with never shows the Secrets of
 		// the tree it reads.
-		out := &redactingWriter{w: stdout, r: engine.SnapshotRedactor(map[string]*engine.Snapshot{tf.source(): snap})}
-		p, fl := runStarTestFile(ctx, out, f.limits, tf, engine.SnapshotFiles{tf.source(): snap}, filter)
+		out := &redactingWriter{w: stdout, r: engine.SnapshotRedactor(map[string]*engine.Snapshot{tf.Root: snap})}
+		p, fl, err := pool.RunTest(ctx, out, tf, f.limits, f.run)
+		if err, ok := killed("test: "+tf.Display(), err); ok {
+			return err
+		}
+		if err != nil {
+			return usageErr("test: %s: %w", tf.Display(), err)
+		}
 		passed += p
 		failedN += fl
 	}
@@ -120,62 +120,11 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 	return nil
 }
 
-// runStarTestFile loads one test file and calls each of its test_*
-// functions, in the order they are defined. A file that does not load is
-// one failure.
-func runStarTestFile(ctx context.Context, w io.Writer, limits lstar.Limits, tf starTestFile, files engine.SnapshotFiles, filter *regexp.Regexp) (passed, failedN int) {
-	ctx = lstar.WithFiles(ctx, files, tf.source())
-	in := lstar.New(lstar.Options{
-		Predeclared: stdlib.Predeclared(),
-		Limits:      limits,
-		Print:       func(_ *starlark.Thread, msg string) { fmt.Fprintln(w, msg) },
-		// Positions name files by their local path, so that a failure
-		// names a file the user can open.
-		FileName: func(_, p string) string { return filepath.Join(tf.root, filepath.FromSlash(p)) },
-	})
-	display := filepath.Join(tf.root, filepath.FromSlash(tf.rel))
-	mod, err := in.Load(ctx, files, lstar.Script{Source: tf.source(), Path: tf.rel})
-	if err != nil {
-		fmt.Fprintf(w, "FAIL %s\n%s\n", display, indentError(err.Error()))
-		return 0, 1
-	}
-	type test struct {
-		name string
-		pos  string
-		line int32
-	}
-	var tests []test
-	for name, v := range mod.Globals {
-		fn, ok := v.(*starlark.Function)
-		if !ok || !strings.HasPrefix(name, "test_") || (filter != nil && !filter.MatchString(name)) {
-			continue
-		}
-		pos := fn.Position()
-		tests = append(tests, test{name: name, pos: fmt.Sprintf("%s:%d", display, pos.Line), line: pos.Line})
-	}
-	sort.Slice(tests, func(i, j int) bool { return tests[i].line < tests[j].line })
-	for _, t := range tests {
-		if _, err := in.Call(ctx, mod, t.name); err != nil {
-			fmt.Fprintf(w, "FAIL %s (%s)\n%s\n", t.name, t.pos, indentError(err.Error()))
-			failedN++
-			continue
-		}
-		fmt.Fprintf(w, "PASS %s (%s)\n", t.name, t.pos)
-		passed++
-	}
-	return passed, failedN
-}
-
-// indentError indents every line of an error message under its FAIL line.
-func indentError(msg string) string {
-	return "    " + strings.ReplaceAll(strings.TrimRight(msg, "\n"), "\n", "\n    ")
-}
-
 // findStarTests lists the *_test.star files under paths, in lexical order,
 // each with the root load() resolves in: the directory given, or the
 // directory of a file given by name.
-func findStarTests(paths []string) ([]starTestFile, error) {
-	var out []starTestFile
+func findStarTests(paths []string) ([]startest.File, error) {
+	var out []startest.File
 	seen := map[string]bool{}
 	add := func(root, p string) error {
 		rel, err := filepath.Rel(root, p)
@@ -184,7 +133,7 @@ func findStarTests(paths []string) ([]starTestFile, error) {
 		}
 		if key := filepath.Join(root, rel); !seen[key] {
 			seen[key] = true
-			out = append(out, starTestFile{root: root, rel: filepath.ToSlash(rel)})
+			out = append(out, startest.File{Root: root, Rel: filepath.ToSlash(rel), Source: sourceName(root)})
 		}
 		return nil
 	}
@@ -231,4 +180,14 @@ func (w *redactingWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// sourceName names a test file's one source in messages ("path escapes
+// source "repo""): the root directory's name.
+func sourceName(root string) string {
+	abs, err := filepath.Abs(root)
+	if err != nil || filepath.Base(abs) == string(filepath.Separator) {
+		return "root"
+	}
+	return filepath.Base(abs)
 }

@@ -13,9 +13,10 @@ import (
 
 // vetFlags are the flags of engine vet.
 type vetFlags struct {
-	policies []string
-	output   string
-	limits   lstar.Limits
+	policies  []string
+	output    string
+	limits    lstar.Limits
+	maxMemory string
 }
 
 // vetFormats are the report formats of -o, by name.
@@ -54,8 +55,15 @@ Formats (-o): text, one line per finding
   FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name)
 json, junit (one test case per ManifestSync target) and sarif (2.1.0).
 
+Every evaluation, and the loading of the policies and the validation
+against them, runs in a worker process: its memory is bounded by
+--max-memory and the wall-clock time of each ManifestSync's evaluation
+(from loading the sources' code to validating the output), of loading a
+policy and of validating a target's objects against one by --timeout. One
+past either is an error naming the limit.
+
 Exit status: 0 no findings, 1 findings, 2 errors (bad flags, unreadable
-or malformed input, an evaluation that failed).`,
+or malformed input, an evaluation that failed or was stopped at a limit).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runVet(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
@@ -65,6 +73,7 @@ or malformed input, an evaluation that failed).`,
 	fl.StringArrayVar(&f.policies, "policy", nil, "DIR: a CUE policy package every output object must satisfy (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "text", "report format: text, json, junit or sarif")
 	addLimitFlags(fl, &f.limits)
+	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
 }
 
@@ -81,11 +90,16 @@ func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
-	policies, err := loadPolicies(f.policies)
+	pool, stop, err := newSandbox("vet", f.maxMemory, f.limits.Timeout)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	policies, err := loadPolicies(ctx, pool, f.policies)
 	if err != nil {
 		return usageErr("vet: %w", err)
 	}
-	v := &vetter{policies: policies, limits: f.limits}
+	v := &vetter{pool: pool, policies: policies, limits: f.limits}
 	rep := v.run(ctx, paths)
 	if err := write(stdout, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)

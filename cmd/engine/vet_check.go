@@ -19,6 +19,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -172,12 +173,14 @@ func (e *vetError) Error() string {
 
 // policy is a --policy package.
 type policy struct {
-	dir     string // as given, slash-separated
-	schemas *cue.Schemas
+	dir string // as given, slash-separated
+	pkg worker.Schemas
 }
 
-// loadPolicies compiles each --policy directory as a CUE package.
-func loadPolicies(dirs []string) ([]*policy, error) {
+// loadPolicies reads each --policy directory, and compiles it as a CUE
+// package in a worker (a policy is code: compiling one can take any time
+// and memory). The worker keeps the compiled packages for checkPolicies.
+func loadPolicies(ctx context.Context, pool *worker.Pool, dirs []string) ([]*policy, error) {
 	var out []*policy
 	for _, dir := range dirs {
 		snap, err := source.Dir(dir, source.Limits{})
@@ -185,17 +188,22 @@ func loadPolicies(dirs []string) ([]*policy, error) {
 			return nil, fmt.Errorf("--policy %s: %w", dir, err)
 		}
 		name := filepath.ToSlash(filepath.Clean(dir))
-		s, err := cue.Load(name, snap.Files, ".")
+		p := &policy{dir: name, pkg: worker.Schemas{Name: name, Files: snap.Files, Dir: "."}}
+		_, err = pool.Validate(ctx, p.pkg, nil)
+		if err, ok := killed("--policy "+dir, err); ok {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--policy %s: %w", dir, err)
 		}
-		out = append(out, &policy{dir: name, schemas: s})
+		out = append(out, p)
 	}
 	return out, nil
 }
 
 // vetter checks ManifestSyncs.
 type vetter struct {
+	pool     *worker.Pool // evaluates and validates
 	policies []*policy
 	limits   lstar.Limits
 	rep      *vetReport
@@ -263,10 +271,13 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	} else if err != nil {
 		return fail(err)
 	}
-	res, err := engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
+	res, err := v.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
 		Limits:     v.limits,
 		Namespaces: offlineNamespaces(&ms.Spec),
 	})
+	if err, ok := killed("ManifestSync "+s.displayName(), err); ok {
+		return fail(err)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -294,7 +305,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 				}
 			}
 		case t.Err == nil:
-			fs, err := v.checkPolicies(t, syncPos, s.displayName())
+			fs, err := v.checkPolicies(ctx, t, syncPos, s.displayName())
 			tr.Findings = append(tr.Findings, fs...)
 			if err != nil {
 				tr.Err = &vetError{Pos: syncPos, Msg: err.Error()}
@@ -427,16 +438,34 @@ func schemaFindings(t *engine.TargetResult, sync position, syncName string) []*f
 }
 
 // checkPolicies validates every object of a target against every --policy
-// package. An error means a validation could not run.
-func (v *vetter) checkPolicies(t *engine.TargetResult, sync position, syncName string) ([]*finding, error) {
+// package, in a worker. An error means a validation could not run.
+func (v *vetter) checkPolicies(ctx context.Context, t *engine.TargetResult, sync position, syncName string) ([]*finding, error) {
+	if len(v.policies) == 0 {
+		return nil, nil
+	}
+	objects := make([]map[string]any, len(t.Objects))
+	for i, o := range t.Objects {
+		objects[i] = o.Object
+	}
+	results := make([][]worker.Validation, len(v.policies)) // by policy, then object
+	for j, p := range v.policies {
+		var err error
+		results[j], err = v.pool.Validate(ctx, p.pkg, objects)
+		if k, ok := killed("--policy "+p.dir, err); ok {
+			return nil, fmt.Errorf("target %q: %w", t.ID(), k)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("target %q: --policy %s: %w", t.ID(), p.dir, err)
+		}
+	}
 	var out []*finding
-	for _, o := range t.Objects {
-		for _, p := range v.policies {
-			_, vs, err := p.schemas.Validate(o.Object)
-			if err != nil {
-				return out, fmt.Errorf("target %q: %s: --policy %s: %w", t.ID(), describeObject(o), p.dir, err)
+	for i, o := range t.Objects {
+		for j, p := range v.policies {
+			r := results[j][i]
+			if r.Err != "" {
+				return out, fmt.Errorf("target %q: %s: --policy %s: %s", t.ID(), describeObject(o), p.dir, r.Err)
 			}
-			for _, cv := range vs {
+			for _, cv := range r.Violations {
 				out = append(out, violationFinding(categoryPolicy, p.dir, cv, sync, syncName, t.ID(), describeObject(o)))
 			}
 		}

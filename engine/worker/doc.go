@@ -4,6 +4,10 @@
 // starlark-go cannot bound memory in-process; an operating-system process
 // can.
 //
+// Besides evaluations, a worker runs Starlark test files (Pool.RunTest)
+// and validates objects against CUE packages (Pool.Validate), which are
+// user code too, under the same limits.
+//
 // A Pool keeps a few long-lived workers, each the same binary started with
 // a hidden subcommand that calls Serve, and reuses them across evaluations
 // so that one costs a round trip, not a process start. Parent and worker

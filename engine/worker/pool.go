@@ -36,6 +36,10 @@ type Options struct {
 	// Timeout bounds the wall-clock time of one evaluation, as a backstop
 	// to the script limits (which bound each Starlark call); default 1m.
 	Timeout time.Duration
+	// Grace is how long past Timeout a worker is killed: time for the
+	// limits inside an evaluation, which say where a script was, to end
+	// it first. A kill still names Timeout. Default 0.
+	Grace time.Duration
 	// Command starts a worker: a program that calls Serve on its stdin and
 	// stdout. Default: this executable with the argument "eval-worker".
 	Command []string
@@ -92,30 +96,88 @@ func New(opts Options) (*Pool, error) {
 // returns a *KilledError when the worker had to be killed (memory limit,
 // timeout, ctx done) or crashed; the pool then replaces the worker.
 func (p *Pool) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Options) (*engine.Result, error) {
+	var (
+		res     *engine.Result
+		evalErr error
+	)
+	err := p.run(ctx, message{Eval: toWireRequest(spec, opts)}, func(w *process, m message) (bool, error) {
+		switch {
+		case m.Scope != nil:
+			a := &scopeMessage{}
+			if opts.Scope != nil {
+				a.Namespaced, a.OK = opts.Scope(gvkOf(m.Scope))
+			}
+			return false, writeFrame(w.in, message{Scope: a})
+		case m.Result != nil:
+			res, evalErr = fromWireResponse(m.Result)
+			return true, nil
+		}
+		return false, errUnexpected
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, evalErr
+}
+
+// run sends req to a worker and passes every message the worker sends
+// back to handle, until handle says the conversation is done; an error
+// of handle ends the conversation and the worker. The error is a
+// *KilledError when the worker had to be killed or died.
+func (p *Pool) run(ctx context.Context, req message, handle func(*process, message) (done bool, err error)) error {
 	if p.isClosed() {
-		return nil, errPoolClosed
+		return errPoolClosed
 	}
 	var w *process
 	select {
 	case w = <-p.slots:
 	case <-ctx.Done():
-		return nil, &KilledError{Err: ctx.Err()}
+		return &KilledError{Err: ctx.Err()}
 	}
 	if w == nil {
 		var err error
 		if w, err = p.start(ctx); err != nil {
 			p.slots <- nil
-			return nil, err
+			return err
 		}
 	}
-	res, err := p.evaluate(ctx, w, toWireRequest(spec, opts), opts.Scope)
+	limit := max(int(p.opts.MemoryLimit), 64<<20)
+	_, err := p.supervise(ctx, w, func() (any, error) {
+		if err := writeFrame(w.in, req); err != nil {
+			return nil, err
+		}
+		for {
+			var m message
+			if err := readFrame(w.out, limit, &m); err != nil {
+				return nil, err
+			}
+			if done, err := handle(w, m); err != nil || done {
+				return nil, err
+			}
+		}
+	})
 	var killed *KilledError
 	if errors.As(err, &killed) {
 		p.forget(w)
 		w = nil
 	}
 	p.slots <- w
-	return res, err
+	return err
+}
+
+var errUnexpected = errors.New("eval worker: unexpected message")
+
+// Prestart starts a worker in the background, if one is not running, so
+// that the next evaluation need not wait for it; a failure to start is
+// left for that evaluation to find.
+func (p *Pool) Prestart() {
+	go func() {
+		w := <-p.slots
+		if w == nil {
+			w, _ = p.start(context.Background())
+		}
+		p.slots <- w
+	}()
 }
 
 // Close stops every worker; evaluations under way fail.
@@ -180,45 +242,6 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	return w, nil
 }
 
-// evaluate sends the request to w, answers its scope questions and reads
-// the result.
-func (p *Pool) evaluate(ctx context.Context, w *process, req *evalRequest, scope engine.Scope) (*engine.Result, error) {
-	limit := max(int(p.opts.MemoryLimit), 64<<20)
-	var evalErr error
-	v, err := p.supervise(ctx, w, func() (any, error) {
-		if err := writeFrame(w.in, message{Eval: req}); err != nil {
-			return nil, err
-		}
-		for {
-			var m message
-			if err := readFrame(w.out, limit, &m); err != nil {
-				return nil, err
-			}
-			switch {
-			case m.Scope != nil:
-				a := &scopeMessage{}
-				if scope != nil {
-					a.Namespaced, a.OK = scope(gvkOf(m.Scope))
-				}
-				if err := writeFrame(w.in, message{Scope: a}); err != nil {
-					return nil, err
-				}
-			case m.Result != nil:
-				var res *engine.Result
-				res, evalErr = fromWireResponse(m.Result)
-				return res, nil
-			default:
-				return nil, errors.New("eval worker: unexpected message")
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	res, _ := v.(*engine.Result)
-	return res, evalErr
-}
-
 // supervise runs exchange, a conversation with w, and kills w when the
 // conversation fails, ctx is done, the timeout passes or w's resident
 // size goes past the memory limit; the error is then a *KilledError.
@@ -232,7 +255,7 @@ func (p *Pool) supervise(ctx context.Context, w *process, exchange func() (any, 
 		v, err := exchange()
 		done <- outcome{v, err}
 	}()
-	timeout := time.NewTimer(p.opts.Timeout)
+	timeout := time.NewTimer(p.opts.Timeout + p.opts.Grace)
 	defer timeout.Stop()
 	watch := time.NewTicker(watchInterval)
 	defer watch.Stop()

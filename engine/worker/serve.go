@@ -13,11 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/lang/cue"
 )
 
 // Serve is a worker's main loop: it reads the config, bounds the process's
-// memory, then evaluates requests from r one at a time and writes each
-// result to w, until r ends. Nothing else may write to w: the caller points
+// memory, then answers requests from r one at a time (evaluations, test
+// files, validations) and writes each answer to w, until r ends. Nothing else may write to w: the caller points
 // os.Stdout elsewhere (stray output would corrupt the protocol).
 func Serve(r io.Reader, w io.Writer) error {
 	s := &server{in: bufio.NewReaderSize(r, 1<<16), out: bufio.NewWriterSize(w, 1<<16)}
@@ -43,19 +44,33 @@ func Serve(r io.Reader, w io.Writer) error {
 			}
 			return fmt.Errorf("eval worker: %w", err)
 		}
-		if m.Eval == nil {
-			return errors.New("eval worker: expected an evaluation request")
+		if err := s.serve(m); err != nil {
+			return fmt.Errorf("eval worker: %w", err)
 		}
+	}
+}
+
+// serve answers one request.
+func (s *server) serve(m message) error {
+	switch {
+	case m.Eval != nil:
 		s.scopes, s.err = nil, nil
 		spec, opts := fromWireRequest(m.Eval, s.scope)
 		res, err := engine.Evaluate(context.Background(), spec, opts)
 		if s.err != nil {
-			return fmt.Errorf("eval worker: asking for a scope: %w", s.err)
+			return fmt.Errorf("asking for a scope: %w", s.err)
 		}
-		if err := writeFrame(s.out, message{Result: toWireResponse(res, err)}); err != nil {
-			return fmt.Errorf("eval worker: %w", err)
+		return writeFrame(s.out, message{Result: toWireResponse(res, err)})
+	case m.Test != nil:
+		resp, err := s.runTest(m.Test)
+		if err != nil {
+			return fmt.Errorf("writing a test's output: %w", err)
 		}
+		return writeFrame(s.out, message{Tested: resp})
+	case m.Validate != nil:
+		return writeFrame(s.out, message{Validated: s.validate(m.Validate)})
 	}
+	return errors.New("expected a request")
 }
 
 // LimitProcess sets up the process as a worker runs, before its first
@@ -93,6 +108,8 @@ type server struct {
 	mu     sync.Mutex
 	scopes map[schema.GroupVersionKind]scopeMessage // answers of this evaluation
 	err    error                                    // the first failed question
+
+	schemas map[string]*cue.Schemas // packages validate loaded, by name, dir and content
 }
 
 // scope asks the parent whether a kind is namespaced, once per kind and

@@ -19,12 +19,21 @@ import (
 //
 //	parent -> worker: config (first), then eval; scope answers a question
 //	worker -> parent: ready (after config), scope questions, then result
+//
+// Besides evaluations, a worker runs test files (test, answered by output
+// messages and then tested) and validates objects (validate, answered by
+// validated).
 type message struct {
-	Config *config       `json:"config,omitempty"`
-	Ready  *ready        `json:"ready,omitempty"`
-	Eval   *evalRequest  `json:"eval,omitempty"`
-	Scope  *scopeMessage `json:"scope,omitempty"`
-	Result *evalResponse `json:"result,omitempty"`
+	Config    *config           `json:"config,omitempty"`
+	Ready     *ready            `json:"ready,omitempty"`
+	Eval      *evalRequest      `json:"eval,omitempty"`
+	Scope     *scopeMessage     `json:"scope,omitempty"`
+	Result    *evalResponse     `json:"result,omitempty"`
+	Test      *testRequest      `json:"test,omitempty"`
+	Output    *string           `json:"output,omitempty"`
+	Tested    *testResponse     `json:"tested,omitempty"`
+	Validate  *validateRequest  `json:"validate,omitempty"`
+	Validated *validateResponse `json:"validated,omitempty"`
 }
 
 // config sets up a worker before its first evaluation.
@@ -124,16 +133,33 @@ func toWireRequest(spec engine.Spec, opts engine.Options) *evalRequest {
 		req.Namespaces = &opts.Namespaces
 	}
 	for name, s := range spec.Snapshots {
-		if s == nil {
-			continue
+		if s != nil {
+			req.Snapshots[name] = toWireSnapshot(s)
 		}
-		w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Time: s.Time, Origin: s.Origin}
-		if s.Object != nil {
-			w.Object, _ = exact(s.Object).(map[string]any)
-		}
-		req.Snapshots[name] = w
 	}
 	return req
+}
+
+func toWireSnapshot(s *engine.Snapshot) *wireSnapshot {
+	if s == nil {
+		return nil
+	}
+	w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Time: s.Time, Origin: s.Origin}
+	if s.Object != nil {
+		w.Object, _ = exact(s.Object).(map[string]any)
+	}
+	return w
+}
+
+func fromWireSnapshot(w *wireSnapshot) *engine.Snapshot {
+	if w == nil {
+		return nil
+	}
+	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Time: w.Time, Origin: w.Origin}
+	if w.Object != nil {
+		s.Object, _ = numbers(w.Object).(map[string]any)
+	}
+	return s
 }
 
 // fromWireRequest is the engine's input; scope answers Options.Scope when
@@ -141,11 +167,7 @@ func toWireRequest(spec engine.Spec, opts engine.Options) *evalRequest {
 func fromWireRequest(req *evalRequest, scope engine.Scope) (engine.Spec, engine.Options) {
 	spec := engine.Spec{Sync: req.Sync, Snapshots: make(map[string]*engine.Snapshot, len(req.Snapshots))}
 	for name, w := range req.Snapshots {
-		s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Time: w.Time, Origin: w.Origin}
-		if w.Object != nil {
-			s.Object, _ = numbers(w.Object).(map[string]any)
-		}
-		spec.Snapshots[name] = s
+		spec.Snapshots[name] = fromWireSnapshot(w)
 	}
 	opts := engine.Options{Limits: req.Limits, Targets: req.Targets, Workers: req.Workers}
 	if req.Namespaces != nil {

@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"regexp"
+
+	"github.com/manifestsync/manifestsync/engine/startest"
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+)
+
+// testRequest runs one *_test.star file (startest.Run).
+type testRequest struct {
+	File     startest.File `json:"file"`
+	Snapshot *wireSnapshot `json:"snapshot"`
+	Limits   lstar.Limits  `json:"limits"`
+	// Run is the regular expression tests' names must match; "" for all.
+	Run string `json:"run,omitempty"`
+}
+
+// testResponse ends a test file's run; what it wrote came before, in
+// output messages.
+type testResponse struct {
+	Passed int        `json:"passed"`
+	Failed int        `json:"failed"`
+	Err    *wireError `json:"err,omitempty"`
+}
+
+// RunTest is startest.Run in a worker: it runs the test file f (filter
+// picks tests by name, "" all) and copies what it writes to w as it
+// comes. Besides a bad filter, it returns a *KilledError when the worker
+// had to be killed (memory limit, timeout, ctx done) or crashed; what the
+// file wrote until then is in w.
+func (p *Pool) RunTest(ctx context.Context, w io.Writer, f startest.File, limits lstar.Limits, filter string) (passed, failed int, err error) {
+	req := &testRequest{File: f, Snapshot: toWireSnapshot(f.Snapshot), Limits: limits, Run: filter}
+	var testErr error
+	err = p.run(ctx, message{Test: req}, func(_ *process, m message) (bool, error) {
+		switch {
+		case m.Output != nil:
+			_, err := io.WriteString(w, *m.Output)
+			return false, err
+		case m.Tested != nil:
+			passed, failed = m.Tested.Passed, m.Tested.Failed
+			testErr = fromWireError(m.Tested.Err, nil)
+			return true, nil
+		}
+		return false, errUnexpected
+	})
+	if err != nil {
+		return passed, failed, err
+	}
+	return passed, failed, testErr
+}
+
+// runTest runs a test file in the worker, each write of the test a message.
+func (s *server) runTest(req *testRequest) (*testResponse, error) {
+	var filter *regexp.Regexp
+	if req.Run != "" {
+		var err error
+		if filter, err = regexp.Compile(req.Run); err != nil {
+			return &testResponse{Err: toWireError(err, false)}, nil
+		}
+	}
+	f := req.File
+	f.Snapshot = fromWireSnapshot(req.Snapshot)
+	out := &outputWriter{s: s}
+	passed, failed := startest.Run(context.Background(), out, req.Limits, f, filter)
+	return &testResponse{Passed: passed, Failed: failed}, out.err
+}
+
+// outputWriter sends what is written to it to the parent, one output
+// message per write.
+type outputWriter struct {
+	s   *server
+	err error
+}
+
+func (o *outputWriter) Write(b []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	text := string(b)
+	if o.err = writeFrame(o.s.out, message{Output: &text}); o.err != nil {
+		return 0, o.err
+	}
+	return len(b), nil
+}
