@@ -115,7 +115,9 @@ func (p *Pool) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Optio
 		return false, errUnexpected
 	})
 	if err != nil {
-		return nil, err
+		// A crash's last words come from the worker's stderr, which no
+		// redactor saw: they may quote the values of the sources.
+		return nil, engine.SnapshotRedactor(spec.Snapshots).Error(err)
 	}
 	return res, evalErr
 }

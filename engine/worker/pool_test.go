@@ -350,6 +350,18 @@ func TestPoolCrash(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 
+	// A crash quoting a Secret of the sources shows it masked.
+	p, err = New(Options{Workers: 1, Command: []string{"sh", "-c", "echo 'panic: bad value crash-leaked-value' >&2; exit 2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	spec := inlineSpec(goodScript)
+	spec.Snapshots["cfg"].Object = map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": "cfg"}, "stringData": map[string]any{"k": "crash-leaked-value"}}
+	if _, err := p.Evaluate(context.Background(), spec, engine.Options{}); err == nil || !strings.Contains(err.Error(), "panic: bad value ***") {
+		t.Errorf("got %v", err)
+	}
+
 	p = testPool(t, Options{Workers: 1})
 	loop := inlineSpec("def main(ctx):\n    for i in range(1 << 40):\n        pass\n")
 	errc := make(chan error, 1)
