@@ -34,7 +34,7 @@ test-short: ## Run the fast unit tests only.
 	$(GO) test -short $(PKGS)
 
 # FUZZ_TARGETS are the fuzz targets make fuzz runs, as package:FuzzName.
-FUZZ_TARGETS := ./engine:FuzzDecodeDocuments ./engine:FuzzLoadSyncFiles ./engine:FuzzPatch ./lang/starlark:FuzzLoadAndCall
+FUZZ_TARGETS := ./engine:FuzzDecodeDocuments ./engine:FuzzLoadSyncFiles ./engine:FuzzPatch ./lang/starlark:FuzzLoadAndCall ./engine/redact:FuzzString
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
