@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
@@ -96,24 +96,7 @@ func TestMain(m *testing.M) {
 
 // operatorLogs is everything the operator logs, for tests that check what
 // it must never log.
-var operatorLogs lockedBuffer
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+var operatorLogs gittest.Buffer
 
 // startOperator runs the controller manager against env, as `engine
 // operator` does (with its API server probe), with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
