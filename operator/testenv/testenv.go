@@ -89,6 +89,19 @@ func runWith(m *testing.M, e *Env, setups []Setup) int {
 	return m.Run()
 }
 
+// Second is a Setup that starts another environment into *e: a remote
+// cluster for the tests that need one. It is stopped after the tests.
+func Second(e **Env) Setup {
+	return func(*Env) (func(), error) {
+		second, err := Start()
+		if err != nil {
+			return nil, fmt.Errorf("starting the remote cluster: %w", err)
+		}
+		*e = second
+		return func() { _ = second.Stop() }, nil
+	}
+}
+
 // Need skips the test when no environment runs (under -short).
 func (e *Env) Need(t testing.TB) {
 	t.Helper()
