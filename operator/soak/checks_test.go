@@ -36,8 +36,16 @@ func TestScheduleIsReplayableAndComplete(t *testing.T) {
 		kinds[a[i].kind] = true
 	}
 	for k := range numFaultKinds {
-		if k != faultChurnSecret && k != faultChurnConfigMap && k != faultChurnGit && k != faultChurnNamespace && !kinds[k] {
-			t.Errorf("a phase of 1m has no %s", k)
+		switch k {
+		case faultChurnSecret, faultChurnConfigMap, faultChurnGit, faultChurnNamespace:
+		case faultAPIServer, faultAPIServerKill:
+			if !kinds[faultAPIServer] && !kinds[faultAPIServerKill] {
+				t.Error("a phase of 1m stops no API server")
+			}
+		default:
+			if !kinds[k] {
+				t.Errorf("a phase of 1m has no %s", k)
+			}
 		}
 	}
 	if slices.EqualFunc(a, draw(8), func(x, y *fault) bool { return x.at == y.at }) {

@@ -22,6 +22,7 @@ type faultKind int
 const (
 	faultKill faultKind = iota
 	faultAPIServer
+	faultAPIServerKill
 	faultRemote
 	faultGit
 	faultEdit
@@ -37,8 +38,9 @@ const (
 func (k faultKind) String() string {
 	return [...]string{
 		"kill -9 of the operator (restarted after 0.5-3 s)",
-		"API server stopped 20 s",
-		"remote cluster down (5-20 s)",
+		"API server stopped (SIGTERM), down 20 s",
+		"API server killed (SIGKILL), down 20 s",
+		"remote cluster down 5-20 s (its API server killed)",
 		"git server down (5-20 s)",
 		"hand edit of a managed object",
 		"hand deletion of a managed object",
@@ -60,6 +62,7 @@ type fault struct {
 	kind    faultKind
 	at, dur time.Duration // offset in its phase, and length of an outage
 	seed    uint64        // the fault's own choices (what to edit, new values)
+	final   bool          // runs once all the others have ended
 
 	start, end time.Time
 	note       string
@@ -79,8 +82,9 @@ func (f *fault) String() string {
 // outage at least once (the API server once; the remote cluster and git
 // twice in phases of 2 minutes or more), a kill -9 per started minute,
 // plus one, a hand edit every 3 s, a source change every 4 s and a
-// rejected source value every 30 s, on average, at random times. Outages
-// of one kind never overlap; everything ends before the phase does.
+// rejected source value every 30 s, on average, at random times, and
+// when all of them are over a hand edit and two source changes. Outages
+// of one kind never overlap.
 func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 	var out []*fault
 	add := func(kind faultKind, at, dur time.Duration) {
@@ -93,15 +97,19 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 	}
 	const margin = 2 * time.Second
-	for _, kind := range []faultKind{faultAPIServer, faultRemote, faultGit} {
+	api := faultAPIServer
+	if rng.IntN(2) == 0 {
+		api = faultAPIServerKill
+	}
+	for _, kind := range []faultKind{api, faultRemote, faultGit} {
 		n := 1
-		if long >= 2*time.Minute && kind != faultAPIServer {
+		if long >= 2*time.Minute && kind != api {
 			n = 2
 		}
 		slot := (long - margin) / time.Duration(n)
 		for i := range n {
 			dur := apiServerOutage
-			if kind != faultAPIServer {
+			if kind != api {
 				dur = uniform(5*time.Second, 20*time.Second)
 			}
 			add(kind, time.Duration(i)*slot+uniform(0, slot-dur), dur)
@@ -126,6 +134,13 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 		add(faultPoison, uniform(0, long-margin-dur), dur)
 	}
 	slices.SortStableFunc(out, func(a, b *fault) int { return int(a.at - b.at) })
+	// At the end, once every other fault is over, changes the operator
+	// must notice: convergence is measured after them, so that watches
+	// left deaf by a fault show.
+	for _, kind := range []faultKind{faultEdit, faultChurnSecret, faultChurnConfigMap} {
+		add(kind, long, 0)
+		out[len(out)-1].final = true
+	}
 	return out
 }
 
@@ -135,6 +150,9 @@ func (r *run) runPhase(ctx context.Context, faults []*fault) {
 	begin := time.Now()
 	var wg sync.WaitGroup
 	for _, f := range faults {
+		if f.final {
+			wg.Wait()
+		}
 		if d := time.Until(begin.Add(f.at)); d > 0 {
 			select {
 			case <-ctx.Done():
@@ -196,14 +214,24 @@ func (r *run) execute(ctx context.Context, f *fault) {
 		err = r.op.kill9()
 		time.Sleep(f.dur)
 		err = errors.Join(err, r.op.start())
-	case faultAPIServer:
+	case faultAPIServer, faultAPIServerKill:
 		r.localDown.Store(true)
-		err = env.StopAPIServer()
+		if f.kind == faultAPIServerKill {
+			err = env.KillAPIServer()
+		} else {
+			// A graceful stop: envtest kills it after its stop timeout.
+			begin := time.Now()
+			if stopErr := env.StopAPIServer(); stopErr != nil {
+				f.note = fmt.Sprintf("killed after a graceful stop of %v: %v", time.Since(begin).Round(time.Second), stopErr)
+			} else {
+				f.note = fmt.Sprintf("stopped in %v", time.Since(begin).Round(100*time.Millisecond))
+			}
+		}
 		time.Sleep(f.dur)
 		err = errors.Join(err, env.StartAPIServer())
 		r.localDown.Store(false)
 	case faultRemote:
-		err = remoteEnv.StopAPIServer()
+		err = remoteEnv.KillAPIServer()
 		time.Sleep(f.dur)
 		err = errors.Join(err, remoteEnv.StartAPIServer())
 	case faultGit:

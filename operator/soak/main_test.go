@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
@@ -25,6 +28,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	logf.SetLogger(logr.Discard())
 	if !testing.Short() {
 		dir, err := os.MkdirTemp("", "soak-engine-")
 		if err != nil {

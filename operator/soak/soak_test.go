@@ -163,6 +163,7 @@ func TestSoak(t *testing.T) {
 
 	table := r.report()
 	t.Log("\n" + table)
+	t.Log("\n" + r.timeline())
 	if path := os.Getenv("SOAK_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 			t.Error(err)
@@ -449,6 +450,22 @@ func (r *run) report() string {
 	}
 	fmt.Fprintf(&b, "\nScanned for %d Secret values (raw and base64): %d operator log lines, %d events, %d ManifestSync statuses.\n",
 		len(r.f.secrets), m.logLines, m.events, m.statuses)
+	return b.String()
+}
+
+// timeline lists the faults that last (outages, kills, rejected source
+// values), with their times into the run.
+func (r *run) timeline() string {
+	r.faultsMu.Lock()
+	defer r.faultsMu.Unlock()
+	var b strings.Builder
+	b.WriteString("Faults that last, in the order they started:\n")
+	for _, f := range r.faults {
+		if f.dur == 0 || f.skipped {
+			continue
+		}
+		fmt.Fprintf(&b, "  %7v – %7v  %s\n", r.since(f.start), r.since(f.end), f)
+	}
 	return b.String()
 }
 

@@ -16,8 +16,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,8 +178,57 @@ func (e *Env) StopAPIServer() error {
 	return e.env.ControlPlane.APIServer.Stop()
 }
 
-// StartAPIServer starts the kube-apiserver StopAPIServer stopped, on the
-// same address, certificates and etcd: the cluster is back as it was.
+// KillAPIServer kills the kube-apiserver with SIGKILL, as a crash or the
+// loss of its machine would, leaving etcd running: unlike StopAPIServer it
+// does not wait for a graceful shutdown (which, with many watches open,
+// can outlast the stop timeout). StartAPIServer starts it again.
+func (e *Env) KillAPIServer() error {
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		return err
+	}
+	pid, err := findProcess("kube-apiserver", "--secure-port="+u.Port())
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing kube-apiserver %d: %w", pid, err)
+	}
+	// envtest reaps it; once it has, Stop finds it exited and cleans up
+	// (before, it fails to signal it).
+	var stopErr error
+	for range 500 {
+		if stopErr = e.env.ControlPlane.APIServer.Stop(); stopErr == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("kube-apiserver %d killed, but: %w", pid, stopErr)
+}
+
+// findProcess returns the pid of the process whose program is named name
+// and whose arguments include arg.
+func findProcess(name, arg string) (int, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return 0, err
+	}
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(args[0]) == name && slices.Contains(args[1:], arg) {
+			return strconv.Atoi(filepath.Base(dir))
+		}
+	}
+	return 0, fmt.Errorf("no %s process with %s", name, arg)
+}
+
+// StartAPIServer starts the kube-apiserver StopAPIServer stopped (or
+// KillAPIServer killed), on the same address, certificates and etcd: the
+// cluster is back as it was.
 func (e *Env) StartAPIServer() error {
 	return e.env.ControlPlane.APIServer.Start()
 }
