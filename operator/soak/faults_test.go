@@ -66,7 +66,7 @@ type fault struct {
 
 	start, end time.Time
 	note       string
-	skipped    bool // it could not run (the API server was down)
+	skipped    string // why it could not run (the API server was down, say)
 	err        error
 }
 
@@ -75,7 +75,19 @@ func (f *fault) String() string {
 	if f.note != "" {
 		s += ": " + f.note
 	}
+	if f.skipped != "" {
+		s += "; skipped: " + f.skipped
+	}
 	return s + ")"
+}
+
+// skipReason is an API error's reason, or "unreachable" when there was
+// no answer (the API server is stopped).
+func skipReason(err error) string {
+	if r := apierrors.ReasonForError(err); r != "" {
+		return string(r)
+	}
+	return "unreachable"
 }
 
 // schedule draws the faults of one phase of length long from rng: each
@@ -162,8 +174,13 @@ func (r *run) runPhase(ctx context.Context, faults []*fault) {
 		}
 		r.recordFault(f)
 		wg.Go(func() {
-			r.execute(ctx, f)
+			// The fault runs on a copy; the monitor reads the record.
+			done := *f
+			r.execute(ctx, &done)
+			r.faultsMu.Lock()
+			*f = done
 			f.end = time.Now()
+			r.faultsMu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -182,15 +199,20 @@ func (r *run) recordFault(f *fault) {
 func (r *run) precedingFault(at time.Time) string {
 	r.faultsMu.Lock()
 	defer r.faultsMu.Unlock()
-	var last *fault
+	var last, ended *fault
 	var active []string
 	for _, f := range r.faults {
 		if f.start.After(at) {
 			break
 		}
 		last = f
-		if f.dur > 0 && (f.end.IsZero() || f.end.After(at)) && f.kind <= faultGit {
+		if f.kind > faultGit {
+			continue
+		}
+		if f.end.IsZero() || f.end.After(at) {
 			active = append(active, fmt.Sprintf("#%d", f.n))
+		} else if ended == nil || f.end.After(ended.end) {
+			ended = f
 		}
 	}
 	if last == nil {
@@ -199,6 +221,9 @@ func (r *run) precedingFault(at time.Time) string {
 	s := fmt.Sprintf("after %s, %s into the run", last, r.since(last.start))
 	if len(active) > 0 {
 		s += fmt.Sprintf("; outages under way: %v", active)
+	}
+	if ended != nil && ended != last {
+		s += fmt.Sprintf("; the last outage to end: %s, at %s", ended, r.since(ended.end))
 	}
 	return s
 }
@@ -259,7 +284,7 @@ func (r *run) execute(ctx context.Context, f *fault) {
 // stopped.
 func (r *run) skip(f *fault) bool {
 	if r.localDown.Load() {
-		f.skipped, f.note = true, "skipped: the API server is stopped"
+		f.skipped = "the API server is stopped"
 		return true
 	}
 	return false
@@ -274,7 +299,7 @@ func (r *run) handEdit(ctx context.Context, f *fault, rng *rand.Rand) error {
 	}
 	objs := r.f.localObjects()
 	if len(objs) == 0 {
-		f.skipped, f.note = true, "skipped: nothing to edit"
+		f.skipped = "nothing to edit"
 		return nil
 	}
 	k := objs[rng.IntN(len(objs))]
@@ -297,7 +322,7 @@ func (r *run) handEdit(ctx context.Context, f *fault, rng *rand.Rand) error {
 	}
 	if err := r.client.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) || r.localDown.Load() {
-			f.skipped, f.note = true, f.note+" (skipped: not there)"
+			f.skipped = "not there"
 			return nil
 		}
 		return err
@@ -324,7 +349,7 @@ func (r *run) handEdit(ctx context.Context, f *fault, rng *rand.Rand) error {
 		r.f.change(func() { r.f.edits[k]++ })
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err) || r.localDown.Load():
 		// The operator (or another fault) wrote it first: no edit.
-		f.skipped, f.note = true, f.note+" (skipped: "+string(apierrors.ReasonForError(err))+")"
+		f.skipped = "the write failed: " + skipReason(err)
 	default:
 		return err
 	}
@@ -376,7 +401,7 @@ func (r *run) churnSource(ctx context.Context, f *fault, rng *rand.Rand) error {
 	if err := r.f.writeSource(ctx, r.client, s); err != nil {
 		r.f.change(func() { s.data = old })
 		if r.localDown.Load() || apierrors.IsConflict(err) {
-			f.skipped, f.note = true, f.note+" (skipped: "+err.Error()+")"
+			f.skipped = "the write failed: " + skipReason(err)
 			return nil
 		}
 		return err
@@ -431,7 +456,7 @@ func (r *run) churnNamespace(ctx context.Context, f *fault, rng *rand.Rand) erro
 	if err != nil {
 		r.f.change(func() { r.f.nsGroups[ns] = old })
 		if r.localDown.Load() {
-			f.skipped, f.note = true, f.note+" (skipped: the API server is stopped)"
+			f.skipped = "the API server is stopped"
 			return nil
 		}
 	}
@@ -463,7 +488,7 @@ func (r *run) poison(ctx context.Context, f *fault, rng *rand.Rand) error {
 	r.f.mu.Unlock()
 	if poisoned {
 		s.mu.Unlock()
-		f.skipped, f.note = true, s.String()+" (skipped: poisoned already)"
+		f.note, f.skipped = s.String(), "poisoned already"
 		return nil
 	}
 	f.note = s.String()
@@ -473,7 +498,7 @@ func (r *run) poison(ctx context.Context, f *fault, rng *rand.Rand) error {
 	if err != nil {
 		r.f.change(func() { s.poison = "" })
 		if r.localDown.Load() || apierrors.IsConflict(err) {
-			f.skipped, f.note = true, f.note+" (skipped: "+err.Error()+")"
+			f.skipped = "the write failed: " + skipReason(err)
 			return nil
 		}
 		return err

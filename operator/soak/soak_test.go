@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -414,7 +415,7 @@ func (r *run) report() string {
 			if f.kind != k {
 				continue
 			}
-			if f.skipped {
+			if f.skipped != "" {
 				skipped++
 				continue
 			}
@@ -460,11 +461,19 @@ func (r *run) timeline() string {
 	defer r.faultsMu.Unlock()
 	var b strings.Builder
 	b.WriteString("Faults that last, in the order they started:\n")
+	skips := map[string]int{}
 	for _, f := range r.faults {
-		if f.dur == 0 || f.skipped {
+		if f.skipped != "" {
+			skips[f.kind.String()+": "+f.skipped]++
 			continue
 		}
-		fmt.Fprintf(&b, "  %7v – %7v  %s\n", r.since(f.start), r.since(f.end), f)
+		if f.dur > 0 {
+			fmt.Fprintf(&b, "  %7v – %7v  %s\n", r.since(f.start), r.since(f.end), f)
+		}
+	}
+	b.WriteString("Faults skipped:\n")
+	for _, why := range slices.Sorted(maps.Keys(skips)) {
+		fmt.Fprintf(&b, "  %d× %s\n", skips[why], why)
 	}
 	return b.String()
 }
