@@ -91,12 +91,12 @@ func skipReason(err error) string {
 }
 
 // schedule draws the faults of one phase of length long from rng: each
-// outage at least once (the API server once; the remote cluster and git
-// twice in phases of 2 minutes or more), a kill -9 per started minute,
-// plus one, a hand edit every 3 s, a source change every 4 s and a
-// rejected source value every 30 s, on average, at random times, and
-// when all of them are over a hand edit and two source changes. Outages
-// of one kind never overlap.
+// outage at least once (the API server once, ending last; the remote
+// cluster and git twice in phases of 2 minutes or more), a kill -9 per
+// started minute plus one, a hand edit every 3 s, a source change every
+// 4 s and a rejected source value every 30 s, on average, at random
+// times, and when all of them are over a hand edit and two source
+// changes. Outages of one kind never overlap.
 func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 	var out []*fault
 	add := func(kind faultKind, at, dur time.Duration) {
@@ -120,10 +120,13 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 		}
 		slot := (long - margin) / time.Duration(n)
 		for i := range n {
-			dur := apiServerOutage
-			if kind != api {
-				dur = uniform(5*time.Second, 20*time.Second)
+			if kind == api {
+				// It ends last: the changes made once every fault is
+				// over show whether the operator's watches came back.
+				add(kind, long-margin-apiServerOutage, apiServerOutage)
+				continue
 			}
+			dur := uniform(5*time.Second, 20*time.Second)
 			add(kind, time.Duration(i)*slot+uniform(0, slot-dur), dur)
 		}
 	}
