@@ -38,7 +38,7 @@ const (
 func (k faultKind) String() string {
 	return [...]string{
 		"kill -9 of the operator (restarted after 0.5-3 s)",
-		"API server stopped (SIGTERM), down 20 s",
+		"API server stopped (SIGTERM), down at least 20 s",
 		"API server killed (SIGKILL), down 20 s",
 		"remote cluster down 5-20 s (its API server killed)",
 		"git server down (5-20 s)",
@@ -244,18 +244,19 @@ func (r *run) execute(ctx context.Context, f *fault) {
 		err = errors.Join(err, r.op.start())
 	case faultAPIServer, faultAPIServerKill:
 		r.localDown.Store(true)
+		begin := time.Now()
 		if f.kind == faultAPIServerKill {
 			err = env.KillAPIServer()
 		} else {
-			// A graceful stop: envtest kills it after its stop timeout.
-			begin := time.Now()
+			// A graceful stop (it stops listening at once, then drains):
+			// envtest kills it after its stop timeout.
 			if stopErr := env.StopAPIServer(); stopErr != nil {
 				f.note = fmt.Sprintf("killed after a graceful stop of %v: %v", time.Since(begin).Round(time.Second), stopErr)
 			} else {
 				f.note = fmt.Sprintf("stopped in %v", time.Since(begin).Round(100*time.Millisecond))
 			}
 		}
-		time.Sleep(f.dur)
+		time.Sleep(f.dur - time.Since(begin))
 		err = errors.Join(err, env.StartAPIServer())
 		r.localDown.Store(false)
 	case faultRemote:
