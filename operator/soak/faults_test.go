@@ -38,8 +38,8 @@ const (
 func (k faultKind) String() string {
 	return [...]string{
 		"kill -9 of the operator (restarted after 0.5-3 s)",
-		"API server stopped (SIGTERM), down at least 20 s",
-		"API server killed (SIGKILL), down 20 s",
+		"API server stopped (SIGTERM), down 20 s (20-60 s in long runs)",
+		"API server killed (SIGKILL), down 20 s (20-60 s in long runs)",
 		"remote cluster down 5-20 s (its API server killed)",
 		"git server down (5-20 s)",
 		"hand edit of a managed object",
@@ -52,7 +52,8 @@ func (k faultKind) String() string {
 	}[k]
 }
 
-// apiServerOutage is how long the API server stays stopped.
+// apiServerOutage is how long the API server stays stopped (at least, in
+// long runs), counted from the stop.
 const apiServerOutage = 20 * time.Second
 
 // fault is one fault of the schedule, and what became of it.
@@ -123,7 +124,13 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 			if kind == api {
 				// It ends last: the changes made once every fault is
 				// over show whether the operator's watches came back.
-				add(kind, long-margin-apiServerOutage, apiServerOutage)
+				// Long phases draw longer outages too: the watches'
+				// backoff grows with the outage.
+				dur := apiServerOutage
+				if long >= 2*time.Minute {
+					dur = uniform(apiServerOutage, 3*apiServerOutage)
+				}
+				add(kind, long-margin-dur, dur)
 				continue
 			}
 			dur := uniform(5*time.Second, 20*time.Second)
