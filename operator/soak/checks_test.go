@@ -48,6 +48,11 @@ func TestScheduleIsReplayableAndComplete(t *testing.T) {
 			}
 		}
 	}
+	for _, f := range schedule(rand.New(rand.NewPCG(9, 0x50a4)), 1, 3*time.Minute) {
+		if f.at < 0 || f.at+f.dur > 3*time.Minute {
+			t.Errorf("%s runs from %v to %v of a phase of 3m", f, f.at, f.at+f.dur)
+		}
+	}
 	if slices.EqualFunc(a, draw(8), func(x, y *fault) bool { return x.at == y.at }) {
 		t.Error("seeds 7 and 8 drew the same schedule")
 	}

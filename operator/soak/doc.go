@@ -4,9 +4,9 @@
 // ConfigMaps passed through, git sources, Secrets copied into the
 // namespaces a selector picks) while a seeded, randomised schedule of
 // faults runs: kill -9 of the operator, the API server stopped (SIGTERM)
-// or killed (SIGKILL) for 20 s, the remote cluster down, the git server
-// down, hand edits and deletions of managed objects, source churn and
-// source values the transform rejects. Each phase of faults ends with the
+// or killed (SIGKILL) for 20 s (20-60 s in long runs), the remote
+// cluster down, the git server down, hand edits and deletions of managed
+// objects, source churn and source values the transform rejects. Each phase of faults ends with the
 // API server's outage and, once every fault is over, a few changes the
 // operator must notice.
 //
