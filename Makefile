@@ -29,6 +29,12 @@ test: ## Run every test (installs what the tests need first: etcd, sshd, kube-ap
 	hack/test-deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 $(PKGS)
 
+.PHONY: soak
+soak: ## Run the fault suite for 15 minutes (SOAK_DURATION=15m; SOAK_SEED=N replays a run); its table goes to bin/soak-report.md.
+	hack/test-deps.sh
+	SOAK_DURATION=$${SOAK_DURATION:-15m} SOAK_REPORT=$(BIN)/soak-report.md KUBEBUILDER_ASSETS=$$(hack/envtest.sh) \
+		$(GO) test -count=1 -timeout 45m -run '^TestSoak$$' -v ./operator/soak
+
 .PHONY: test-short
 test-short: ## Run the fast unit tests only.
 	$(GO) test -short $(PKGS)

@@ -25,15 +25,6 @@ var remoteEnv *testenv.Env
 // deletionTimeout is the operator's Options.DeletionTimeout in the tests.
 const deletionTimeout = 2 * time.Second
 
-func startRemote(*testenv.Env) (func(), error) {
-	e, err := testenv.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting the remote cluster: %w", err)
-	}
-	remoteEnv = e
-	return func() { _ = e.Stop() }, nil
-}
-
 // kubeconfigSecret creates, in ns, the Secret holding an administrator's
 // kubeconfig of the remote cluster.
 func kubeconfigSecret(t testing.TB, ns, name string) *corev1.Secret {

@@ -91,7 +91,7 @@ func (f fakeRepos) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, startRemote, startOperator))
+	os.Exit(testenv.Run(m, &env, testenv.Second(&remoteEnv), startOperator))
 }
 
 // operatorLogs is everything the operator logs, for tests that check what

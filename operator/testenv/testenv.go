@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,6 +95,19 @@ func runWith(m *testing.M, e *Env, setups []Setup) int {
 	return m.Run()
 }
 
+// Second is a Setup that starts another environment into *e: a remote
+// cluster for the tests that need one. It is stopped after the tests.
+func Second(e **Env) Setup {
+	return func(*Env) (func(), error) {
+		second, err := Start()
+		if err != nil {
+			return nil, fmt.Errorf("starting the remote cluster: %w", err)
+		}
+		*e = second
+		return func() { _ = second.Stop() }, nil
+	}
+}
+
 // Need skips the test when no environment runs (under -short).
 func (e *Env) Need(t testing.TB) {
 	t.Helper()
@@ -165,51 +179,59 @@ func (e *Env) StopAPIServer() error {
 	return e.env.ControlPlane.APIServer.Stop()
 }
 
-// StartAPIServer starts the kube-apiserver StopAPIServer stopped, on the
-// same address, certificates and etcd: the cluster is back as it was.
-func (e *Env) StartAPIServer() error {
-	return e.env.ControlPlane.APIServer.Start()
-}
-
-// KillAPIServer kills the kube-apiserver at once (SIGKILL), leaving etcd
-// running, as a crash or a lost node would: its connections break and
-// nothing answers until StartAPIServer. (StopAPIServer stops it gracefully,
-// which takes up to its 30s stop timeout while clients hold watches.)
+// KillAPIServer kills the kube-apiserver with SIGKILL, as a crash or the
+// loss of its machine would, leaving etcd running: unlike StopAPIServer it
+// does not wait for a graceful shutdown (which, with many watches open,
+// can outlast the stop timeout). StartAPIServer starts it again.
 func (e *Env) KillAPIServer() error {
-	pid, err := e.apiServerPID()
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		return err
+	}
+	pid, err := findProcess("kube-apiserver", "--secure-port="+u.Port())
 	if err != nil {
 		return err
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing kube-apiserver (pid %d): %w", pid, err)
+		return fmt.Errorf("killing kube-apiserver %d: %w", pid, err)
 	}
-	// Stop finds it gone once envtest has reaped it.
-	for syscall.Kill(pid, 0) == nil {
+	// envtest reaps it; once it has, Stop finds it exited and cleans up
+	// (before, it fails to signal it).
+	var stopErr error
+	for range 500 {
+		if stopErr = e.env.ControlPlane.APIServer.Stop(); stopErr == nil {
+			return nil
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond)
-	return e.env.ControlPlane.APIServer.Stop()
+	return fmt.Errorf("kube-apiserver %d killed, but: %w", pid, stopErr)
 }
 
-// apiServerPID finds the kube-apiserver of e by its certificate
-// directory, which is e's own (envtest does not tell its process).
-func (e *Env) apiServerPID() (int, error) {
-	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+// findProcess returns the pid of the process whose program is named name
+// and whose arguments include arg.
+func findProcess(name, arg string) (int, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return 0, err
 	}
-	want := "--cert-dir=" + e.certDir
-	for _, path := range procs {
-		cmdline, err := os.ReadFile(path)
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil {
-			continue // gone meanwhile
+			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, want) {
-			return strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if filepath.Base(args[0]) == name && slices.Contains(args[1:], arg) {
+			return strconv.Atoi(filepath.Base(dir))
 		}
 	}
-	return 0, fmt.Errorf("no kube-apiserver process with %s", want)
+	return 0, fmt.Errorf("no %s process with %s", name, arg)
+}
+
+// StartAPIServer starts the kube-apiserver StopAPIServer stopped (or
+// KillAPIServer killed), on the same address, certificates and etcd: the
+// cluster is back as it was.
+func (e *Env) StartAPIServer() error {
+	return e.env.ControlPlane.APIServer.Start()
 }
 
 // FreeAddr is an address of 127.0.0.1 with a port free a moment ago, for

@@ -88,3 +88,31 @@ func TestMissingAssetsSayWhatToRun(t *testing.T) {
 		t.Fatalf("got %v, want an error saying to run make envtest", err)
 	}
 }
+
+// A killed API server refuses connections until it is started again,
+// with the objects it held and the clients it had.
+func TestKillAPIServer(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("killing the API server took %v", took)
+	}
+	if err := env.Client.Get(ctx, keyOf(ns, "kept"), cm); err == nil {
+		t.Error("the killed API server answered")
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, keyOf(ns, "kept"), cm); err != nil {
+		t.Errorf("after the restart: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ package gittest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -66,8 +67,24 @@ func startProcess(t *testing.T, cmd *exec.Cmd, port int) error {
 			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), out.String())
 		}
 	})
+	switch err := WaitListening(port, exited, 5*time.Second); {
+	case errors.Is(err, ErrExited):
+		return fmt.Errorf("%s exited before listening:\n%s", cmd.Path, out.String())
+	case err != nil:
+		t.Fatalf("%s: %v\n%s", cmd.Path, err, out.String())
+	}
+	return nil
+}
+
+// ErrExited is WaitListening's error when the server exited first.
+var ErrExited = errors.New("the server exited before listening")
+
+// WaitListening waits, at most within, until something accepts
+// connections on 127.0.0.1:port, and gives up with ErrExited once exited
+// is closed (the server's process ended).
+func WaitListening(port int, exited <-chan struct{}, within time.Duration) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
@@ -76,11 +93,11 @@ func startProcess(t *testing.T, cmd *exec.Cmd, port int) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s exited before listening:\n%s", cmd.Path, out.String())
+			return ErrExited
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on %s: %v\n%s", cmd.Path, addr, err, out.String())
+			return fmt.Errorf("nothing listens on %s: %w", addr, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
