@@ -41,6 +41,11 @@ type Options struct {
 	// RetryMin and RetryMax bound the exponential backoff after a failed
 	// sync; default 1s and 5m.
 	RetryMin, RetryMax time.Duration
+	// TransientRetryMax bounds the backoff instead of RetryMax after a
+	// failure that ends by itself (a source or a cluster unreachable, an
+	// apply that failed), so that a sync converges within seconds of the
+	// outage's end; default 5s.
+	TransientRetryMax time.Duration
 	// InstanceID, when set, tells this operator's objects and fields from
 	// those of other operators writing to the same clusters (see
 	// labels.go); see ValidateInstanceID for what it may be.
@@ -69,6 +74,10 @@ type Options struct {
 	// they resume at once when it does (see APIServerProbe); the manager's
 	// cache should take its NewInformer too.
 	APIServer *APIServerProbe
+}
+
+func (o Options) transientRetryMax() time.Duration {
+	return orDefault(o.TransientRetryMax, 5*time.Second)
 }
 
 func (o Options) remoteTimeout() time.Duration {
@@ -174,7 +183,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
-		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now)
+		return r.retrySoon(ctx, st, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now))
 	}
 	res, err := r.evaluate(ctx, ms, snaps, st)
 	if err != nil {
@@ -214,14 +223,36 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 		// after a backoff that the war's quick failures have grown.
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
+	if reason == v1alpha1.ReasonApplyFailed {
+		return r.retrySoon(ctx, st, fmt.Errorf("%w: %s", errTargets, msg))
+	}
 	if reason != v1alpha1.ReasonSynced {
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
+	st.transientFailures = 0
 	interval := defaultInterval
 	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
 		interval = ms.Spec.Interval.Duration
 	}
 	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// retrySoon schedules the retry of a sync that failed for a cause that
+// goes away by itself (a git server or a cluster unreachable, an apply
+// refused for the moment): with a backoff from RetryMin that stops
+// growing at TransientRetryMax, so that the sync converges within seconds
+// of the cause's end, where the controller's own backoff would have grown
+// to minutes. err is logged, as the controller logs the errors returned.
+func (r *Reconciler) retrySoon(ctx context.Context, st *syncState, err error) (ctrl.Result, error) {
+	st.transientFailures++
+	after := orDefault(r.Options.RetryMin, time.Second)
+	limit := r.Options.transientRetryMax()
+	for i := 1; i < st.transientFailures && after < limit; i++ {
+		after *= 2
+	}
+	after = min(after, limit)
+	ctrl.LoggerFrom(ctx).Error(err, "sync failed; retrying", "after", after.String(), "failures", st.transientFailures)
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // logSync logs a sync that did something; steady resyncs stay quiet.

@@ -32,6 +32,9 @@ type syncState struct {
 	// cache may not show that write yet; since only we write status and
 	// the finalizer, what we wrote last is what the server has.
 	written *v1alpha1.ManifestSync
+	// transientFailures counts the syncs in a row that failed for a cause
+	// that ends by itself, for their retry's backoff (retrySoon).
+	transientFailures int
 }
 
 // catchUp brings ms, read from a cache that may lag behind our own writes,

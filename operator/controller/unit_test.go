@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +176,28 @@ func TestWriteGuard(t *testing.T) {
 	var nilGuard *writeGuard
 	if err := nilGuard.allow(k, "d1"); err != nil {
 		t.Errorf("nil guard: %v", err)
+	}
+}
+
+// A failure that ends by itself is retried with a backoff that stops at
+// TransientRetryMax, not the controller's minutes, and starts again after
+// a success.
+func TestRetrySoonBackoff(t *testing.T) {
+	r := &Reconciler{Options: Options{RetryMin: time.Second, TransientRetryMax: 5 * time.Second}}
+	st := &syncState{}
+	var got []time.Duration
+	for range 6 {
+		res, err := r.retrySoon(context.Background(), st, errors.New("git server unreachable"))
+		if err != nil {
+			t.Fatalf("retrySoon returned %v: the controller's backoff would take over", err)
+		}
+		got = append(got, res.RequeueAfter)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("retries after %v, want %v", got, want)
+	}
+	if def := (Options{}).transientRetryMax(); def != 5*time.Second {
+		t.Errorf("default TransientRetryMax %v, want 5s", def)
 	}
 }
