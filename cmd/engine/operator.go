@@ -10,9 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -180,6 +182,11 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := waitForAPI(ctx, cfg, log); err != nil {
+		return failed(fmt.Errorf("operator: %w", err))
+	}
 	f.reconcilerOpts.APIServer = apiServer
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -208,8 +215,6 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	f.reconcilerOpts.Concurrency = f.concurrency
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	r := &controller.Reconciler{Options: f.reconcilerOpts, Sources: gitsource.New(gitCacheDir())}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -225,6 +230,37 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
 	return nil
+}
+
+// waitForAPI waits until the API server serves the ManifestSync API,
+// trying every second: an operator started (or restarted) during an API
+// server outage, or before its CRD is served, waits for it instead of
+// exiting into a crash loop's growing backoff. It says so once.
+func waitForAPI(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return err
+	}
+	gv := v1alpha1.GroupVersion.String()
+	var since time.Time
+	for {
+		_, err := dc.ServerResourcesForGroupVersion(gv)
+		if err == nil {
+			if !since.IsZero() {
+				log.Info("API server serves "+gv+"; starting", "waited", time.Since(since).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+			log.Error(err, "waiting for the API server to serve "+gv, "host", cfg.Host)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the API server to serve %s: %w", gv, err)
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // clientLimits are the rest.Config QPS and Burst of the flags: no

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
@@ -51,40 +51,17 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	kc, err := env.Kubeconfig("operator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	metrics, probes := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	// A process of its own: controller-runtime's globals (controller
-	// names, metrics) are the test process's.
-	engine, err := exec.LookPath("engine") // testscript.Main's
-	if err != nil {
-		t.Fatal(err)
-	}
-	op := exec.Command(engine, "operator", "--kubeconfig", kubeconfig, "--metrics-bind-address", metrics,
-		"--health-probe-bind-address", probes, "--eval-in-process")
-	var logs bytes.Buffer
-	op.Stdout, op.Stderr = &logs, &logs
-	if err := op.Start(); err != nil {
-		t.Fatal(err)
-	}
+	op := startEngineOperator(t, env)
 	t.Cleanup(func() {
-		_ = op.Process.Signal(syscall.SIGTERM)
-		if err := op.Wait(); err != nil {
-			t.Errorf("engine operator: %v\n%s", err, &logs)
-		}
+		logs := op.stop(t)
 		// The outage is logged once, when it begins and when it ends.
 		for _, msg := range []string{`"msg":"API server unreachable`, `"msg":"API server reachable again`} {
-			if n := strings.Count(logs.String(), msg); n != 1 {
-				t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, &logs)
+			if n := strings.Count(logs, msg); n != 1 {
+				t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, logs)
 			}
 		}
 	})
+	probes, metrics := op.probes, op.metrics
 
 	probe := func(code int, gauge string) func() error {
 		return func() error {
@@ -120,4 +97,98 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, probe(http.StatusOK, "1"))
+}
+
+// An operator started while the API server is down waits for it, and
+// starts when it answers, instead of exiting into a crash loop.
+func TestOperatorStartsDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver; skipped under -short")
+	}
+	env, err := testenv.Start() // its own: killed below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	if err := env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	op := startEngineOperator(t, env)
+	select {
+	case err := <-op.exited:
+		op.stopped = true
+		t.Fatalf("the operator exited while the API server was down: %v\n%s", err, op.logs.String())
+	case <-time.After(3 * time.Second):
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		res, err := http.Get("http://" + op.probes + "/readyz")
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %d", res.StatusCode)
+		}
+		return nil
+	})
+	logs := op.stop(t)
+	for _, msg := range []string{`"msg":"waiting for the API server to serve manifestsync.dev/v1alpha1`, `"msg":"API server serves manifestsync.dev/v1alpha1; starting`} {
+		if n := strings.Count(logs, msg); n != 1 {
+			t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, logs)
+		}
+	}
+}
+
+// engineOperator is `engine operator` running in a process of its own
+// (controller-runtime's globals, controller names and metrics, are the
+// test process's), against env.
+type engineOperator struct {
+	cmd             *exec.Cmd
+	logs            *gittest.Buffer
+	metrics, probes string
+	exited          chan error // Wait's
+	stopped         bool
+}
+
+func startEngineOperator(t *testing.T, env *testenv.Env) *engineOperator {
+	t.Helper()
+	kc, err := env.Kubeconfig("operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	engine, err := exec.LookPath("engine") // testscript.Main's
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &engineOperator{logs: &gittest.Buffer{}, metrics: testenv.FreeAddr(t), probes: testenv.FreeAddr(t)}
+	op.cmd = exec.Command(engine, "operator", "--kubeconfig", kubeconfig, "--metrics-bind-address", op.metrics,
+		"--health-probe-bind-address", op.probes, "--eval-in-process")
+	op.cmd.Stdout, op.cmd.Stderr = op.logs, op.logs
+	if err := op.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	op.exited = make(chan error, 1)
+	go func() { op.exited <- op.cmd.Wait() }()
+	t.Cleanup(func() { op.stop(t) })
+	return op
+}
+
+// stop ends the operator with SIGTERM, as a kubelet does, and returns its
+// logs; it must exit cleanly.
+func (op *engineOperator) stop(t *testing.T) string {
+	if !op.stopped {
+		op.stopped = true
+		_ = op.cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-op.exited; err != nil {
+			t.Errorf("engine operator: %v\n%s", err, op.logs.String())
+		}
+	}
+	return op.logs.String()
 }
