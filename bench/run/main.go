@@ -132,6 +132,9 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 	if err := rep.Write(&b); err != nil {
 		return err
 	}
+	if old, err := os.ReadFile(reportFile); err == nil {
+		b.Write(soakSection(old))
+	}
 	if err := os.WriteFile(reportFile, b.Bytes(), 0o644); err != nil {
 		return err
 	}
@@ -196,5 +199,19 @@ func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, wan
 		rep.Notes = append(rep.Notes, notes...)
 	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("W1/W2: the operator's peak RSS over the run: %.0f MiB.", f.OperatorRSS()))
+	return nil
+}
+
+// soakHeading starts the section of the report that `make soak` fills
+// (the fault suite's table, pasted from bin/soak-report.md), which a
+// benchmark run keeps as it is.
+const soakHeading = "\n## Fault soak"
+
+// soakSection is the fault soak section of a report, from its heading to
+// the end, or nothing.
+func soakSection(report []byte) []byte {
+	if i := bytes.Index(report, []byte(soakHeading)); i >= 0 {
+		return report[i:]
+	}
 	return nil
 }
