@@ -1,14 +1,22 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Prometheus metrics, served by the manager's metrics endpoint. Labels are
-// the ManifestSync's namespace and name and, where it applies, the target.
+// the ManifestSync's namespace and name and, where it applies, the target
+// or the source. operator/config/monitoring holds a dashboard and alert
+// rules over them; a test checks that every metric they query is here.
 var (
 	syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "manifestsync_target_sync_duration_seconds",
@@ -32,6 +40,27 @@ var (
 		Name: "manifestsync_write_wars_total",
 		Help: "Writes refused because the object was rewritten to the same desired state more than --write-war-limit times within --write-war-window: someone keeps changing it back.",
 	}, []string{"namespace", "name", "target"})
+	driftTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_drift_total",
+		Help: "Managed objects found changed or deleted by another writer, by what spec.policy.drift does with them: corrected (re-applied), reported or ignored.",
+	}, []string{"namespace", "name", "target", "action"})
+	readyGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "manifestsync_ready",
+		Help: "1 while the ManifestSync's Ready condition is True, 0 while it is False or Unknown.",
+	}, []string{"namespace", "name"})
+	suspendedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "manifestsync_suspended",
+		Help: "1 while spec.suspend is set: nothing is synced, and the Ready condition stays the last sync's.",
+	}, []string{"namespace", "name"})
+	sourceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "manifestsync_source_duration_seconds",
+		Help:    "Time to read one source at a sync, failures included, by type: git (list the remote's refs, fetch what the cache lacks) or object (read from the API server, or nothing when the cache shows it unchanged).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
+	}, []string{"namespace", "name", "source", "type"})
+	gitFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_git_fetches_total",
+		Help: "Reads of git sources, by result: success, or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
+	}, []string{"namespace", "name", "source", "result"})
 	apiServerReachable = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "manifestsync_apiserver_reachable",
 		Help: "1 while the API server answers its /readyz, 0 while it does not (unreachable or not ready): watches wait, and the operator is not ready.",
@@ -42,32 +71,70 @@ var (
 	})
 )
 
+// partialDeleter is a metric vector whose series can be dropped by labels.
+type partialDeleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+var (
+	// syncMetrics have series per ManifestSync.
+	syncMetrics = []partialDeleter{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal,
+		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal}
+	// targetMetrics have series per target.
+	targetMetrics = []partialDeleter{syncDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal}
+	// sourceMetrics have series per source.
+	sourceMetrics = []partialDeleter{sourceDuration, gitFetchesTotal}
+)
+
 var registerMetrics sync.Once
 
 // RegisterMetrics registers the metrics with controller-runtime's registry;
 // calling it more than once is harmless.
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
-		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, apiServerReachable, apiServerOutages)
+		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal,
+			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, apiServerReachable, apiServerOutages)
 	})
 }
 
 // forgetMetrics drops every series of a ManifestSync that is gone.
 func forgetMetrics(ns, name string) {
-	labels := prometheus.Labels{"namespace": ns, "name": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal} {
-		v.DeletePartialMatch(labels)
-	}
+	forget(syncMetrics, prometheus.Labels{"namespace": ns, "name": name})
 }
 
 // forgetTargetMetrics drops the series of a target that is no longer
 // evaluated (removed from the spec, or a namespace no longer selected), so
 // that the series of a ManifestSync stay as many as its targets.
 func forgetTargetMetrics(ns, name, target string) {
-	labels := prometheus.Labels{"namespace": ns, "name": name, "target": target}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{syncDuration, objectsTotal, failuresTotal, writeWarsTotal} {
+	forget(targetMetrics, prometheus.Labels{"namespace": ns, "name": name, "target": target})
+}
+
+// forgetSourceMetrics drops the series of a source no longer in the spec.
+func forgetSourceMetrics(ns, name, src string) {
+	forget(sourceMetrics, prometheus.Labels{"namespace": ns, "name": name, "source": src})
+}
+
+func forget(vecs []partialDeleter, labels prometheus.Labels) {
+	for _, v := range vecs {
 		v.DeletePartialMatch(labels)
 	}
+}
+
+// observeStatus sets the gauges of a ManifestSync from its spec and status
+// as they are after a reconcile; one being deleted is forgotten once gone.
+func observeStatus(ms *v1alpha1.ManifestSync) {
+	if !ms.DeletionTimestamp.IsZero() {
+		return
+	}
+	readyGauge.WithLabelValues(ms.Namespace, ms.Name).Set(boolValue(apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)))
+	suspendedGauge.WithLabelValues(ms.Namespace, ms.Name).Set(boolValue(ms.Spec.Suspend))
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Metric actions of objectsTotal.
@@ -76,3 +143,49 @@ const (
 	metricSkipped = "skipped"
 	metricPruned  = "pruned"
 )
+
+// Metric actions of driftTotal.
+const (
+	driftCorrected = "corrected"
+	driftReported  = "reported"
+	driftIgnored   = "ignored"
+)
+
+// driftAction is the action label of driftTotal under a drift policy. A
+// correction that failed is retried, and its drift counted again when found
+// again.
+func driftAction(policy v1alpha1.DriftPolicy) string {
+	switch policy {
+	case v1alpha1.DriftReport:
+		return driftReported
+	case v1alpha1.DriftIgnore:
+		return driftIgnored
+	}
+	return driftCorrected
+}
+
+// fetchResult is the result label of gitFetchesTotal for a git source's
+// read that ended with err.
+func fetchResult(err error) string {
+	for _, r := range []struct {
+		err    error
+		result string
+	}{
+		{git.ErrAuth, "auth"},
+		{git.ErrHostKey, "host_key"},
+		{git.ErrUnreachable, "unreachable"},
+		{git.ErrRepoNotFound, "repo_not_found"},
+		{git.ErrRefNotFound, "ref_not_found"},
+		{git.ErrPathNotFound, "path_not_found"},
+		{git.ErrLimit, "limit"},
+		{context.DeadlineExceeded, "timeout"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.result
+		}
+	}
+	if err == nil {
+		return "success"
+	}
+	return "error"
+}

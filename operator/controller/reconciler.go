@@ -155,6 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	st.catchUp(ms)
+	defer observeStatus(ms)
 	if !ms.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, ms)
 	}
@@ -378,6 +379,9 @@ func forgetGone(ms *v1alpha1.ManifestSync, st *syncState, outcomes []*targetOutc
 func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, pr pruneResult) {
 	for _, o := range outcomes {
 		id := o.target.ID()
+		if n := len(o.drift); n > 0 {
+			driftTotal.WithLabelValues(ms.Namespace, ms.Name, id, driftAction(ms.Spec.Policy.Drift)).Add(float64(n))
+		}
 		for _, c := range o.changes {
 			var war *writeWarError
 			if errors.As(c.Err, &war) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,6 +97,9 @@ func TestSecretReplicatedToNamespaces(t *testing.T) {
 	secretWith(t, timeout, ms, nss[1], "two")
 	t.Logf("deleted copy back after %v", time.Since(start).Round(time.Millisecond))
 	waitEvent(t, ms, EventDriftCorrected, "Secret "+nss[1]+"/tls (deleted)")
+	if n := counterValue(driftTotal.WithLabelValues(home, "tls", "t1", driftCorrected)); n != 1 {
+		t.Errorf("drift corrected in t1: %v, want 1", n)
+	}
 
 	if n := counterValue(objectsTotal.WithLabelValues(home, "tls", "t1", metricApplied)); n != 3 {
 		t.Errorf("objects applied to t1: %v, want 3 (create, update, drift)", n)
@@ -168,6 +172,12 @@ func TestKustomizeSourceOverGit(t *testing.T) {
 	createSync(t, ms)
 	got := ready(t, ms)
 	configMapWith(t, timeout, ms, ns, "prod-cfg", "env", "base")
+	if n := counterValue(gitFetchesTotal.WithLabelValues(home, "kustomize", "repo", "success")); n < 1 {
+		t.Errorf("successful git fetches: %v, want at least 1", n)
+	}
+	if n := testutil.CollectAndCount(sourceDuration.MustCurryWith(prometheus.Labels{"namespace": home, "name": "kustomize"})); n != 1 {
+		t.Errorf("%d source duration series, want 1 (the git source; the kustomize source reads nothing)", n)
+	}
 	if src := got.Status.Inputs.Sources; src["repo"] != "main@sha1:4f2c0000" || src["app"] != "main@sha1:4f2c0000" {
 		t.Errorf("inputs.sources = %v", src)
 	}
@@ -205,6 +215,12 @@ func TestGitSourceNotWired(t *testing.T) {
 		t.Errorf("Reconciling = %+v, want True (retrying)", c)
 	}
 	waitEvent(t, ms, EventSyncFailed, "git sources are not wired yet")
+	if n := counterValue(gitFetchesTotal.WithLabelValues(home, "git", "repo", "error")); n < 1 {
+		t.Errorf("failed git fetches: %v, want at least 1", n)
+	}
+	if n := counterValue(gitFetchesTotal.WithLabelValues(home, "git", "repo", "success")); n != 0 {
+		t.Errorf("successful git fetches: %v, want none", n)
+	}
 }
 
 // A suspended ManifestSync changes nothing until it is resumed.
@@ -225,7 +241,7 @@ func TestSuspend(t *testing.T) {
 	configMapWith(t, timeout, ms, ns, "cfg", "k", "one")
 
 	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) { ms.Spec.Suspend = true })
-	time.Sleep(300 * time.Millisecond) // the operator sees the suspension first
+	waitGauge(t, suspendedGauge.WithLabelValues(home, "suspend"), 1) // the operator sees the suspension first
 	src.Data["k"] = "two"
 	if err := env.Client.Update(ctx, src); err != nil {
 		t.Fatal(err)
@@ -236,6 +252,7 @@ func TestSuspend(t *testing.T) {
 	}
 	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) { ms.Spec.Suspend = false })
 	configMapWith(t, timeout, ms, ns, "cfg", "k", "two")
+	waitGauge(t, suspendedGauge.WithLabelValues(home, "suspend"), 0)
 }
 
 func counterValue(c prometheus.Counter) float64 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,34 +35,64 @@ var errGitNotWired = errors.New("git sources are not wired yet")
 // fetchSources returns the snapshot of every git and object source.
 // Kustomize sources are built by the engine from the snapshots they name.
 func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (map[string]*engine.Snapshot, error) {
+	forgetGoneSources(ms, st)
 	snaps := map[string]*engine.Snapshot{}
 	for i := range ms.Spec.Sources {
 		src := &ms.Spec.Sources[i]
 		var (
 			snap *engine.Snapshot
 			err  error
+			typ  string
 		)
+		start := time.Now()
 		switch {
 		case src.Object != nil:
+			typ = "object"
 			snap, err = r.objectSource(ctx, ms, src.Object, st)
 		case src.Git != nil:
-			if r.Sources == nil {
-				err = errGitNotWired
-				break
-			}
-			var secrets client.Reader
-			if secrets, err = r.reader(ms); err == nil {
-				snap, err = r.Sources.Fetch(ctx, ms, src, secrets)
-			}
+			typ = "git"
+			snap, err = r.fetchGit(ctx, ms, src)
 		default:
 			continue
 		}
+		sourceDuration.WithLabelValues(ms.Namespace, ms.Name, src.Name, typ).Observe(time.Since(start).Seconds())
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", src.Name, err)
 		}
 		snaps[src.Name] = snap
 	}
 	return snaps, nil
+}
+
+// forgetGoneSources drops the metric series of the sources read before
+// that are no longer in the spec.
+func forgetGoneSources(ms *v1alpha1.ManifestSync, st *syncState) {
+	names := make([]string, 0, len(ms.Spec.Sources))
+	for _, src := range ms.Spec.Sources {
+		names = append(names, src.Name)
+	}
+	for _, name := range st.sourceNames {
+		if !slices.Contains(names, name) {
+			forgetSourceMetrics(ms.Namespace, ms.Name, name)
+		}
+	}
+	st.sourceNames = names
+}
+
+// fetchGit reads a git source through Sources, with the Secrets its
+// secretRef names read as the ManifestSync's service account, and counts
+// the read by result.
+func (r *Reconciler) fetchGit(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
+	if r.Sources == nil {
+		return nil, errGitNotWired
+	}
+	secrets, err := r.reader(ms)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := r.Sources.Fetch(ctx, ms, src, secrets)
+	gitFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, fetchResult(err)).Inc()
+	return snap, err
 }
 
 // objectRef is an object source, resolved: its kind and where it lives.

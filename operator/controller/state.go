@@ -25,7 +25,10 @@ type syncState struct {
 	// of Reconcile beside the controller's own.
 	mu      sync.Mutex
 	sources map[objectRef]*engine.Snapshot
-	targets map[string]*targetRecord // by TargetResult.ID()
+	// sourceNames are the names of the sources read last, whose metric
+	// series go when they leave the spec.
+	sourceNames []string
+	targets     map[string]*targetRecord // by TargetResult.ID()
 	// eval is the last successful evaluation.
 	eval *lastEval
 	// written is the ManifestSync as our last write returned it. The

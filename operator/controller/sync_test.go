@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,7 @@ func TestEvalFailureTouchesNoTarget(t *testing.T) {
 	})
 	createSync(t, ms)
 	before := ready(t, ms)
+	waitGauge(t, readyGauge.WithLabelValues(home, "evalfail"), 1)
 	rvs := map[string]string{}
 	for _, ns := range []string{a, b} {
 		rvs[ns] = mustConfigMap(t, ns, "one").ResourceVersion
@@ -38,6 +40,7 @@ func TestEvalFailureTouchesNoTarget(t *testing.T) {
 		ms.Spec.Params = params(`{"names": ["one", "two"]}`)
 	})
 	got := waitFor(t, ms, v1alpha1.ReasonEvalFailed)
+	waitGauge(t, readyGauge.WithLabelValues(home, "evalfail"), 0)
 	msg := condition(got, v1alpha1.ConditionReady).Message
 	if !strings.Contains(msg, "<inline>:3:") {
 		t.Errorf("message %q does not name the script's line", msg)
@@ -210,6 +213,10 @@ func TestDriftReport(t *testing.T) {
 	}
 	// Reported by an event, once: resyncs do not find it again.
 	waitEvent(t, ms, EventDriftDetected, "ConfigMap "+ns+"/one (changed)")
+	drifts := driftTotal.WithLabelValues(home, "report", "t0", driftReported)
+	if n := testutil.ToFloat64(drifts); n != 1 {
+		t.Errorf("drift reported %v times, want 1", n)
+	}
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
 	resync := func() {
 		t.Helper()
@@ -232,6 +239,12 @@ func TestDriftReport(t *testing.T) {
 	resync()
 	if n := recorded.count(ms, EventDriftDetected); n != 2 {
 		t.Errorf("%d DriftDetected events, want 2", n)
+	}
+	if n := testutil.ToFloat64(drifts); n != 2 {
+		t.Errorf("drift reported %v times, want 2", n)
+	}
+	if n := testutil.ToFloat64(driftTotal.WithLabelValues(home, "report", "t0", driftCorrected)); n != 0 {
+		t.Errorf("drift corrected %v times under policy Report", n)
 	}
 	got := &v1alpha1.ManifestSync{}
 	eventually(t, timeout, func() error {
