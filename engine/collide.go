@@ -68,7 +68,7 @@ func refuseCollisions(targets []*TargetResult, clusters []string) {
 			continue
 		}
 		for _, o := range t.Objects {
-			key := clusters[i] + "\x00" + ObjectID(o)
+			key := clusters[i] + "\x00" + v1alpha1.IDOf(o).InventoryID()
 			first, seen := owners[key]
 			if !seen {
 				owners[key] = owner{target: i, object: describe(o)}

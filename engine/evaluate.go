@@ -584,12 +584,12 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	if len(e.patches[t.spec.Name]) > 0 {
 		e.learnSecrets(objs)
 	}
-	seen := make(map[string]int, len(objs))
+	seen := make(map[v1alpha1.ObjectID]int, len(objs))
 	for i, o := range objs {
 		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
 		}
-		id := ObjectID(o)
+		id := v1alpha1.IDOf(o)
 		if j, dup := seen[id]; dup {
 			return fail(fmt.Errorf("objects [%d] and [%d] are both %s", j, i, describe(o)))
 		}

@@ -217,13 +217,6 @@ func rank(kind string) int {
 	return defaultRank
 }
 
-// ObjectID identifies an object as namespace_name_group_kind, the form of
-// the inventory.
-func ObjectID(o *unstructured.Unstructured) string {
-	gvk := o.GroupVersionKind()
-	return o.GetNamespace() + "_" + o.GetName() + "_" + gvk.Group + "_" + gvk.Kind
-}
-
 // describe names an object for messages: "Deployment web-dev/web".
 func describe(o *unstructured.Unstructured) string {
 	kind := o.GetKind()

@@ -1,7 +1,7 @@
 // Command engine is ManifestSync's one binary: offline evaluation (eval),
 // CI checks (vet, test), the controller manager (operator) and its
 // evaluation workers (eval-worker), what the operator would change (diff),
-// history and rollback, module documentation (doc) and the version.
+// status, history and rollback, module documentation (doc) and the version.
 package main
 
 import (
@@ -69,6 +69,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newVersionCmd(), newOperatorCmd(), newHistoryCmd(), newRollbackCmd(), newEvalWorkerCmd())
+	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newVersionCmd(), newOperatorCmd(), newStatusCmd(), newHistoryCmd(), newRollbackCmd(), newEvalWorkerCmd())
 	return root
 }

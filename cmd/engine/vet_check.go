@@ -12,8 +12,6 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -463,10 +461,10 @@ func (v *vetter) checkPolicies(ctx context.Context, t *engine.TargetResult, sync
 		for j, p := range v.policies {
 			r := results[j][i]
 			if r.Err != "" {
-				return out, fmt.Errorf("target %q: %s: --policy %s: %s", t.ID(), describeObject(o), p.dir, r.Err)
+				return out, fmt.Errorf("target %q: %s: --policy %s: %s", t.ID(), v1alpha1.IDOf(o).String(), p.dir, r.Err)
 			}
 			for _, cv := range r.Violations {
-				out = append(out, violationFinding(categoryPolicy, p.dir, cv, sync, syncName, t.ID(), describeObject(o)))
+				out = append(out, violationFinding(categoryPolicy, p.dir, cv, sync, syncName, t.ID(), v1alpha1.IDOf(o).String()))
 			}
 		}
 	}
@@ -509,15 +507,6 @@ func schemaFile(dir, name string) string {
 		return path.Clean(name)
 	}
 	return path.Join(dir, name)
-}
-
-// describeObject names an object as the engine does: "Deployment web-dev/web".
-func describeObject(o *unstructured.Unstructured) string {
-	kind, name := o.GetKind(), o.GetName()
-	if ns := o.GetNamespace(); ns != "" {
-		name = ns + "/" + name
-	}
-	return kind + " " + name
 }
 
 // nonLabel matches what a namespace name cannot hold.

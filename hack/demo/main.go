@@ -25,7 +25,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +37,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
+	"github.com/manifestsync/manifestsync/operator/view"
 )
 
 // readyTimeout bounds the wait for Ready under DEMO_EXIT=1.
@@ -403,53 +403,44 @@ func waitReady(ctx context.Context, c client.Client, bounded bool) bool {
 	}
 }
 
+// statusTable is the table of every ManifestSync, as engine status
+// prints it, and whether every one is Ready.
 func statusTable(ctx context.Context, c client.Client) (string, bool, error) {
 	var list v1alpha1.ManifestSyncList
 	if err := c.List(ctx, &list); err != nil {
 		return "", false, err
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-	var b strings.Builder
-	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "\nNAMESPACE\tNAME\tREADY\tREASON\tTARGETS\tREVISION\tMESSAGE")
+	items := make([]view.Summary, len(list.Items))
 	allReady := len(list.Items) > 0
-	for _, ms := range list.Items {
-		ready, reason, msg := "Unknown", "", ""
-		if cond := apimeta.FindStatusCondition(ms.Status.Conditions, "Ready"); cond != nil && cond.ObservedGeneration == ms.Generation {
-			ready, reason, msg = string(cond.Status), cond.Reason, cond.Message
-		}
-		allReady = allReady && ready == "True"
-		synced := 0
-		for _, t := range ms.Status.Targets {
-			if t.State == "Synced" {
-				synced++
-			}
-		}
-		rev := ms.Status.LastAppliedRevision
-		if len(rev) > 19 {
-			rev = rev[:19]
-		}
-		if len(msg) > 60 {
-			msg = msg[:57] + "..."
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", ms.Namespace, ms.Name, ready, reason, synced, len(ms.Status.Targets), rev, msg)
+	for i := range list.Items {
+		items[i] = view.Summarize(&list.Items[i])
+		allReady = allReady && items[i].Ready == "True"
 	}
-	w.Flush()
+	b := strings.Builder{}
+	b.WriteString("\n")
+	if err := view.WriteTable(&b, items, view.Options{MessageWidth: 60}); err != nil {
+		return "", false, err
+	}
 	return b.String(), allReady, nil
 }
 
-// showObjects lists what every ManifestSync produced, from its inventory.
+// showObjects lists what every ManifestSync produced, from its inventory,
+// as engine status shows it.
 func showObjects(ctx context.Context, c client.Client) error {
 	var list v1alpha1.ManifestSyncList
 	if err := c.List(ctx, &list); err != nil {
 		return err
 	}
-	say("objects the ManifestSyncs produced")
+	say("objects the ManifestSyncs produced (engine status NAME -n NAMESPACE shows one)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MANIFESTSYNC\tTARGET\tOBJECT")
-	for _, ms := range list.Items {
-		for _, e := range ms.Status.Inventory {
-			fmt.Fprintf(w, "%s/%s\t%s\t%s\n", ms.Namespace, ms.Name, e.Target, e.ID)
+	fmt.Fprintln(w, "MANIFESTSYNC\tTARGET\tOBJECT\tSTATE")
+	for i := range list.Items {
+		ms := &list.Items[i]
+		for _, t := range view.Describe(ms, 0).Targets {
+			for _, o := range t.Objects {
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", ms.Namespace, ms.Name, t.Name, o.Object, o.State)
+			}
 		}
 	}
 	return w.Flush()

@@ -123,7 +123,7 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 	default: // Sync
 		if live != nil && !ours {
 			ch.Action = ActionConflict
-			ch.Err = fmt.Errorf("%s exists and is not managed by this ManifestSync%s", ch.Item.id.describe(), ownedBy(live.Labels[OwnerLabel]))
+			ch.Err = fmt.Errorf("%s exists and is not managed by this ManifestSync%s", ch.Item.id.String(), ownedBy(live.Labels[OwnerLabel]))
 			return ch
 		}
 		return a.ssa(ctx, obj, live, true, ch)
@@ -167,7 +167,7 @@ func (a *applier) liveMetadata(ctx context.Context, obj *unstructured.Unstructur
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading %s: %w", idOf(obj).describe(), err)
+		return nil, fmt.Errorf("reading %s: %w", v1alpha1.IDOf(obj).String(), err)
 	}
 	return meta, nil
 }
@@ -191,7 +191,7 @@ func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live 
 		ch.result = obj
 	}
 	if err := a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), opts...); err != nil {
-		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.describe(), err))
+		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.String(), err))
 	}
 	ch.ResourceVersion = obj.GetResourceVersion()
 	switch {
@@ -215,13 +215,13 @@ func (a *applier) overwrite(ctx context.Context, obj *unstructured.Unstructured,
 		if apierrors.IsNotFound(err) {
 			return a.ssa(ctx, obj, nil, true, ch)
 		}
-		return ch.failed(fmt.Errorf("reading %s: %w", ch.Item.id.describe(), err))
+		return ch.failed(fmt.Errorf("reading %s: %w", ch.Item.id.String(), err))
 	}
 	if a.dryRun {
 		return a.replaceDryRun(ctx, obj, live, ch)
 	}
 	if err := a.takeOverFields(ctx, live, obj.GetAPIVersion()); err != nil {
-		return ch.failed(fmt.Errorf("taking over the fields of %s: %w", ch.Item.id.describe(), err))
+		return ch.failed(fmt.Errorf("taking over the fields of %s: %w", ch.Item.id.String(), err))
 	}
 	before := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: live.GetResourceVersion()}}
 	out := a.ssa(ctx, obj.DeepCopy(), before, true, ch)
@@ -230,7 +230,7 @@ func (a *applier) overwrite(ctx context.Context, obj *unstructured.Unstructured,
 	}
 	uid := live.GetUID()
 	if err := a.client.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		return ch.failed(fmt.Errorf("recreating %s: deleting: %w", ch.Item.id.describe(), err))
+		return ch.failed(fmt.Errorf("recreating %s: deleting: %w", ch.Item.id.String(), err))
 	}
 	out = a.ssa(ctx, obj, nil, true, ch)
 	if out.Action == ActionCreated {

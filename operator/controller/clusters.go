@@ -69,7 +69,7 @@ func (c *cluster) applier(base *applier) *applier {
 // inventory item and, for a remote cluster, naming it in its error.
 // A write of a write war is refused, as a Conflict, without a request.
 func (c *cluster) apply(ctx context.Context, a *applier, obj *unstructured.Unstructured, digest, target string) Change {
-	key := writeKey{writer: a.owner + "/" + target, cluster: c.ref, id: idOf(obj)}
+	key := writeKey{writer: a.owner + "/" + target, cluster: c.ref, id: v1alpha1.IDOf(obj)}
 	var ch Change
 	if err := a.guard.allow(key, digest); err != nil {
 		ch = Change{Item: itemOf(obj, target), Action: ActionConflict, Err: err}

@@ -45,7 +45,7 @@ type ObjectDiff struct {
 
 // Describe names the object in messages: "Secret web/tls".
 func (d ObjectDiff) Describe() string {
-	return objectID{Namespace: d.Namespace, Name: d.Name, Kind: d.GVK.Kind}.describe()
+	return v1alpha1.ObjectID{Namespace: d.Namespace, Name: d.Name, Kind: d.GVK.Kind}.String()
 }
 
 // Changes reports whether the object would change: created, configured,
@@ -78,22 +78,22 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 	a := &applier{client: c, live: c, managed: c, owner: opts.owner(ms), manager: opts.fieldManager(), policy: ms.Spec.Policy.Resources, dryRun: true}
 	var (
 		out     []ObjectDiff
-		desired = map[objectID]bool{}
+		desired = map[v1alpha1.ObjectID]bool{}
 		broken  = map[string]bool{} // targets that would not sync completely
 	)
 	for _, t := range targets {
 		if t.Err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.ID(), t.Err)
 		}
-		created := map[objectID]bool{} // objects this target would create
+		created := map[v1alpha1.ObjectID]bool{} // objects this target would create
 		for i, obj := range t.Objects {
-			desired[idOf(obj)] = true
+			desired[v1alpha1.IDOf(obj)] = true
 			d, err := dryRunObject(ctx, a, t, obj, t.Digests[i], created)
 			if err != nil {
 				return nil, err
 			}
 			if d.Action == ActionCreated {
-				created[idOf(obj)] = true
+				created[v1alpha1.IDOf(obj)] = true
 			}
 			if d.Action == ActionFailed || d.Action == ActionConflict {
 				broken[t.ID()] = true
@@ -112,7 +112,7 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 		if desired[it.id] || broken[it.target] {
 			continue // still wanted, or kept until its target syncs
 		}
-		live, err := getLive(ctx, c, it.gvk(), it.id.key())
+		live, err := getLive(ctx, c, it.gvk(), objectKey(it.id))
 		if err != nil {
 			return nil, err
 		}
@@ -133,10 +133,10 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 // created before this one: an object in a namespace, or of a kind, that the
 // target creates cannot be dry-run (the namespace or CRD does not exist
 // yet), and is shown as it is sent.
-func dryRunObject(ctx context.Context, a *applier, t *engine.TargetResult, obj *unstructured.Unstructured, digest string, created map[objectID]bool) (ObjectDiff, error) {
-	id := idOf(obj)
+func dryRunObject(ctx context.Context, a *applier, t *engine.TargetResult, obj *unstructured.Unstructured, digest string, created map[v1alpha1.ObjectID]bool) (ObjectDiff, error) {
+	id := v1alpha1.IDOf(obj)
 	d := ObjectDiff{Target: t.ID(), GVK: obj.GroupVersionKind(), Namespace: id.Namespace, Name: id.Name}
-	live, err := getLive(ctx, a.live, obj.GroupVersionKind(), id.key())
+	live, err := getLive(ctx, a.live, obj.GroupVersionKind(), objectKey(id))
 	if err != nil {
 		return d, err
 	}
@@ -168,14 +168,14 @@ func dryRunObject(ctx context.Context, a *applier, t *engine.TargetResult, obj *
 
 // createdBefore reports whether err is the API server not knowing obj's
 // namespace or kind, which the target creates first.
-func createdBefore(err error, obj *unstructured.Unstructured, t *engine.TargetResult, created map[objectID]bool) bool {
+func createdBefore(err error, obj *unstructured.Unstructured, t *engine.TargetResult, created map[v1alpha1.ObjectID]bool) bool {
 	switch {
 	case apierrors.IsNotFound(err) && obj.GetNamespace() != "":
-		return created[objectID{Name: obj.GetNamespace(), Kind: "Namespace"}]
+		return created[v1alpha1.ObjectID{Name: obj.GetNamespace(), Kind: "Namespace"}]
 	case apimeta.IsNoMatchError(err):
 		gvk := obj.GroupVersionKind()
 		for _, o := range t.Objects {
-			id := idOf(o)
+			id := v1alpha1.IDOf(o)
 			if id.Kind != "CustomResourceDefinition" || id.Group != "apiextensions.k8s.io" || !created[id] {
 				continue
 			}
@@ -205,7 +205,7 @@ func (a *applier) replaceDryRun(ctx context.Context, obj, live *unstructured.Uns
 	case immutable(err):
 		ch.Action, ch.result = ActionConfigured, obj // recreated
 	default:
-		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.describe(), err))
+		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.String(), err))
 	}
 	return ch
 }
@@ -255,7 +255,7 @@ func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.Manifest
 				return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
 			}
 			for _, o := range list.Items {
-				id := objectID{Namespace: o.Namespace, Name: o.Name, Group: gvk.Group, Kind: gvk.Kind}
+				id := v1alpha1.ObjectID{Namespace: o.Namespace, Name: o.Name, Group: gvk.Group, Kind: gvk.Kind}
 				items = append(items, inventoryItem{id: id, version: gvk.Version, target: t.ID()})
 			}
 		}

@@ -13,67 +13,39 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
-// objectID names an object independently of its API version, as the
-// inventory stores it: "<namespace>_<name>_<group>_<Kind>". None of the
-// parts can hold "_" (they are DNS names and a kind), so it parses back.
-type objectID struct {
-	Namespace, Name, Group, Kind string
-}
-
-func idOf(obj *unstructured.Unstructured) objectID {
-	gvk := obj.GroupVersionKind()
-	return objectID{Namespace: obj.GetNamespace(), Name: obj.GetName(), Group: gvk.Group, Kind: gvk.Kind}
-}
-
-func (id objectID) String() string {
-	return id.Namespace + "_" + id.Name + "_" + id.Group + "_" + id.Kind
-}
-
-// describe names the object in messages: "Secret web/tls".
-func (id objectID) describe() string {
-	if id.Namespace == "" {
-		return id.Kind + " " + id.Name
-	}
-	return id.Kind + " " + id.Namespace + "/" + id.Name
-}
-
-func (id objectID) key() client.ObjectKey {
+// objectKey is the client key of the object id names.
+func objectKey(id v1alpha1.ObjectID) client.ObjectKey {
 	return client.ObjectKey{Namespace: id.Namespace, Name: id.Name}
-}
-
-func parseID(s string) (objectID, error) {
-	parts := strings.Split(s, "_")
-	if len(parts) != 4 || parts[1] == "" || parts[3] == "" {
-		return objectID{}, fmt.Errorf("inventory id %q: want namespace_name_group_Kind", s)
-	}
-	return objectID{Namespace: parts[0], Name: parts[1], Group: parts[2], Kind: parts[3]}, nil
 }
 
 // inventoryItem is an inventory entry, parsed.
 type inventoryItem struct {
-	id      objectID
+	id      v1alpha1.ObjectID
 	version string
 	target  string
 	cluster string // "" for this cluster, else "<kubeconfig secret>/<key>"
 	// missing is set when the object was deleted by someone else and
 	// left so (drift Report or Ignore).
 	missing bool
+	// drifted is set when the object was changed by someone else and
+	// left so.
+	drifted bool
 }
 
 // describe names the object in messages, with its cluster when remote:
 // `Secret web/tls in cluster "prod-eu"`.
 func (it inventoryItem) describe() string {
 	if it.cluster == "" {
-		return it.id.describe()
+		return it.id.String()
 	}
 	name, _, _ := strings.Cut(it.cluster, "/")
-	return fmt.Sprintf("%s in cluster %q", it.id.describe(), name)
+	return fmt.Sprintf("%s in cluster %q", it.id, name)
 }
 
 // clusterObject is an object of one cluster.
 type clusterObject struct {
 	cluster string // as inventoryItem.cluster
-	id      objectID
+	id      v1alpha1.ObjectID
 }
 
 func (it inventoryItem) gvk() schema.GroupVersionKind {
@@ -81,11 +53,11 @@ func (it inventoryItem) gvk() schema.GroupVersionKind {
 }
 
 func (it inventoryItem) entry() v1alpha1.InventoryEntry {
-	return v1alpha1.InventoryEntry{ID: it.id.String(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing}
+	return v1alpha1.InventoryEntry{ID: it.id.InventoryID(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing, Drifted: it.drifted}
 }
 
 func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
-	return inventoryItem{id: idOf(obj), version: obj.GroupVersionKind().Version, target: target}
+	return inventoryItem{id: v1alpha1.IDOf(obj), version: obj.GroupVersionKind().Version, target: target}
 }
 
 // parseInventory reads status.inventory; entries that do not parse are
@@ -93,11 +65,11 @@ func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
 func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 	items := make([]inventoryItem, 0, len(entries))
 	for _, e := range entries {
-		id, err := parseID(e.ID)
+		id, err := e.Object()
 		if err != nil || e.Version == "" {
 			continue
 		}
-		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing})
+		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted})
 	}
 	return items
 }
@@ -106,7 +78,7 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 // without duplicates.
 func inventoryEntries(items []inventoryItem) []v1alpha1.InventoryEntry {
 	slices.SortFunc(items, func(a, b inventoryItem) int {
-		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.id.String(), b.id.String()))
+		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.id.InventoryID(), b.id.InventoryID()))
 	})
 	items = slices.CompactFunc(items, func(a, b inventoryItem) bool {
 		return a.target == b.target && a.cluster == b.cluster && a.id == b.id

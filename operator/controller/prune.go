@@ -18,7 +18,7 @@ import (
 // pruneResult is the inventory after a sync and what pruning did.
 type pruneResult struct {
 	inventory []inventoryItem
-	pruned    []objectID
+	pruned    []v1alpha1.ObjectID
 	err       error
 }
 
@@ -39,7 +39,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		}
 		ref := clusterRefOf(ms, o.target)
 		for _, obj := range o.target.Objects {
-			desired[clusterObject{ref, idOf(obj)}] = true
+			desired[clusterObject{ref, v1alpha1.IDOf(obj)}] = true
 		}
 		res.inventory = append(res.inventory, o.owned()...)
 	}
@@ -95,7 +95,7 @@ func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return false, nil // gone, or replaced by another object
 		}
-		return false, fmt.Errorf("pruning %s: %w", it.id.describe(), err)
+		return false, fmt.Errorf("pruning %s: %w", it.id.String(), err)
 	}
 	return true, nil
 }
@@ -109,7 +109,7 @@ func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("orphaning %s: %w", it.id.describe(), err)
+		return fmt.Errorf("orphaning %s: %w", it.id.String(), err)
 	}
 	return nil
 }
@@ -120,11 +120,11 @@ func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync
 func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (*metav1.PartialObjectMetadata, error) {
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(it.gvk())
-	if err := c.live.Get(ctx, it.id.key(), obj); err != nil {
+	if err := c.live.Get(ctx, objectKey(it.id), obj); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading %s: %w", it.id.describe(), err)
+		return nil, fmt.Errorf("reading %s: %w", it.id.String(), err)
 	}
 	if obj.Labels[OwnerLabel] != r.Options.owner(ms) {
 		return nil, nil

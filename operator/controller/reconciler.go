@@ -273,7 +273,7 @@ func logSync(ctx context.Context, res *engine.Result, outcomes []*targetOutcome,
 	if steady == len(outcomes) && len(pr.pruned) == 0 && reason == v1alpha1.ReasonSynced {
 		return
 	}
-	ctrl.LoggerFrom(ctx).Info("synced", "revision", short(res.Revision), "result", reason,
+	ctrl.LoggerFrom(ctx).Info("synced", "revision", v1alpha1.ShortRevision(res.Revision), "result", reason,
 		"targets", len(outcomes), "steadyTargets", steady, "applied", applied, "drifted", drifted, "pruned", len(pr.pruned))
 }
 

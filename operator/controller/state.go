@@ -80,6 +80,9 @@ type appliedObject struct {
 	// missing is set when the object was deleted by someone else and the
 	// drift policy left it so: it stays in the inventory.
 	missing bool
+	// drifted is set when the object was changed by someone else and the
+	// drift policy left it so.
+	drifted bool
 }
 
 // states holds the syncState of every ManifestSync seen.

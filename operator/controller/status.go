@@ -151,7 +151,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	s.Inventory = inventoryEntries(pr.inventory)
 	s.TargetsSummary = fmt.Sprintf("%d/%d", synced, len(outcomes))
 
-	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", short(res.Revision), len(outcomes))
+	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", v1alpha1.ShortRevision(res.Revision), len(outcomes))
 	switch {
 	case len(failures) > 0:
 		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(slices.Concat(failures, empties, conflicts), "; ")
@@ -163,7 +163,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	recordEvaluation(ms, res, outputDigest(res), reason, now)
 	if reason == v1alpha1.ReasonSynced {
 		s.LastAppliedRevision = res.Revision
-		s.ShortRevision = short(res.Revision)
+		s.ShortRevision = v1alpha1.ShortRevision(res.Revision)
 		if wrote || len(pr.pruned) > 0 || s.LastSuccessfulSyncTime == nil || !apimeta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) {
 			s.LastSuccessfulSyncTime = &now
 		}
@@ -279,15 +279,6 @@ func findRow(rows []v1alpha1.TargetStatus, name, namespace string) *v1alpha1.Tar
 	return nil
 }
 
-// short is a revision for people: "sha256:" and 12 hex digits.
-func short(rev string) string {
-	const n = len("sha256:") + 12
-	if len(rev) > n {
-		return rev[:n]
-	}
-	return rev
-}
-
 func joinErrors(errs []error) string {
 	msgs := make([]string, len(errs))
 	for i, err := range errs {
@@ -381,7 +372,7 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 	if len(pr.pruned) > 0 {
 		names := make([]string, len(pr.pruned))
 		for i, id := range pr.pruned {
-			names[i] = id.describe()
+			names[i] = id.String()
 		}
 		r.event(ms, false, EventPruned, "Prune", "Pruned "+strings.Join(names, ", "))
 	}
@@ -391,6 +382,6 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 	ready := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
 	if ready && (created+configured > 0 || !wasReady) {
 		r.event(ms, false, EventSynced, "Apply", fmt.Sprintf("Applied revision %s to %d targets: %d created, %d configured, %d unchanged",
-			short(res.Revision), len(outcomes), created, configured, unchanged))
+			v1alpha1.ShortRevision(res.Revision), len(outcomes), created, configured, unchanged))
 	}
 }

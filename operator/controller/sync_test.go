@@ -206,6 +206,9 @@ func TestDriftReport(t *testing.T) {
 		if msg := got.Status.Targets[0].Message; !strings.Contains(msg, "ConfigMap "+ns+"/one (changed)") {
 			return fmt.Errorf("target message %q", msg)
 		}
+		if inv := got.Status.Inventory; len(inv) != 1 || !inv[0].Drifted || inv[0].Missing {
+			return fmt.Errorf("inventory %+v, want the changed object, drifted", inv)
+		}
 		return nil
 	})
 	if cm := mustConfigMap(t, ns, "one"); cm.Data["target"] != "edited" {
@@ -251,7 +254,7 @@ func TestDriftReport(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
 			return err
 		}
-		if inv := got.Status.Inventory; len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing {
+		if inv := got.Status.Inventory; len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing || inv[0].Drifted {
 			return fmt.Errorf("inventory %+v, want the deleted object, missing", inv)
 		}
 		return nil

@@ -104,7 +104,7 @@ func (o *targetOutcome) owned() []inventoryItem {
 		for _, a := range o.record.objects {
 			if a.resourceVersion != "" || a.missing {
 				it := a.item
-				it.missing = a.missing
+				it.missing, it.drifted = a.missing, a.drifted
 				items = append(items, it)
 			}
 		}
@@ -174,12 +174,12 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 	}
-	var applied map[objectID]appliedObject // by a partial record of the same desired state
+	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
 		if !rec.partial {
 			return r.checkDrift(ctx, ms, c, a, t, rec, out)
 		}
-		applied = map[objectID]appliedObject{}
+		applied = map[v1alpha1.ObjectID]appliedObject{}
 		for _, o := range rec.objects {
 			if o.resourceVersion != "" {
 				applied[o.item.id] = o
@@ -189,9 +189,11 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	for i, obj := range t.Objects {
 		// A retry (another object failed or conflicts) leaves alone what
 		// it applied already, unless that changed since.
-		if o, ok := applied[idOf(obj)]; ok {
+		if o, ok := applied[v1alpha1.IDOf(obj)]; ok {
 			if rv, err := currentVersion(ctx, c, o); err == nil && rv == o.resourceVersion {
-				out.changes = append(out.changes, Change{Item: o.item, Action: ActionUnchanged, ResourceVersion: rv})
+				item := o.item
+				item.drifted = o.drifted // still as someone left it
+				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: rv})
 				continue
 			}
 		}
@@ -212,7 +214,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
 	rec := &targetRecord{revision: revision, generation: generation, digest: digest}
 	for _, c := range changes {
-		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion})
+		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, drifted: c.Item.drifted})
 	}
 	return rec
 }
@@ -283,7 +285,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		if live[i] == "" {
 			what = "deleted"
 		}
-		out.drift = append(out.drift, rec.objects[i].item.id.describe()+" ("+what+")")
+		out.drift = append(out.drift, rec.objects[i].item.id.String()+" ("+what+")")
 	}
 	policy := ms.Spec.Policy.Drift
 	if policy != v1alpha1.DriftCorrect && policy != "" {
@@ -293,13 +295,14 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		for _, i := range drifted {
 			next.objects[i].resourceVersion = live[i]
 			next.objects[i].missing = live[i] == ""
+			next.objects[i].drifted = live[i] != ""
 		}
 		out.record = &next
 		return out
 	}
-	desired := map[objectID]int{}
+	desired := map[v1alpha1.ObjectID]int{}
 	for i, obj := range t.Objects {
-		desired[idOf(obj)] = i
+		desired[v1alpha1.IDOf(obj)] = i
 	}
 	for _, i := range drifted {
 		j, ok := desired[rec.objects[i].item.id]
@@ -327,18 +330,18 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 func currentVersion(ctx context.Context, c *cluster, o appliedObject) (string, error) {
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(o.item.gvk())
-	err := c.managed.Get(ctx, o.item.id.key(), meta)
+	err := c.managed.Get(ctx, objectKey(o.item.id), meta)
 	if err == nil && meta.ResourceVersion == o.resourceVersion {
 		return meta.ResourceVersion, nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("reading %s from the cache: %w", o.item.id.describe(), err)
+		return "", fmt.Errorf("reading %s from the cache: %w", o.item.id.String(), err)
 	}
-	if err := c.live.Get(ctx, o.item.id.key(), meta); err != nil {
+	if err := c.live.Get(ctx, objectKey(o.item.id), meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}
-		return "", fmt.Errorf("reading %s: %w", o.item.id.describe(), err)
+		return "", fmt.Errorf("reading %s: %w", o.item.id.String(), err)
 	}
 	return meta.ResourceVersion, nil
 }

@@ -29,7 +29,7 @@ func TestInventoryIDs(t *testing.T) {
 			t.Errorf("%s: round trip gave %+v", e.ID, back)
 		}
 	}
-	if id := idOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}}).String(); id != "web-dev_web_apps_Deployment" {
+	if id := v1alpha1.IDOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}}).InventoryID(); id != "web-dev_web_apps_Deployment" {
 		t.Errorf("id %q", id)
 	}
 	if got := parseInventory([]v1alpha1.InventoryEntry{{ID: "bad", Version: "v1"}, {ID: "a_b__Secret"}}); len(got) != 0 {
@@ -134,7 +134,7 @@ func TestWriteGuard(t *testing.T) {
 	now := time.Unix(0, 0)
 	g := newWriteGuard(3, time.Minute)
 	g.now = func() time.Time { return now }
-	k := writeKey{writer: "home.sync/t0", id: objectID{Namespace: "web", Name: "cfg", Kind: "ConfigMap"}}
+	k := writeKey{writer: "home.sync/t0", id: v1alpha1.ObjectID{Namespace: "web", Name: "cfg", Kind: "ConfigMap"}}
 	for i := range 3 {
 		if err := g.allow(k, "d1"); err != nil {
 			t.Fatalf("write %d refused: %v", i+1, err)
@@ -169,7 +169,7 @@ func TestWriteGuard(t *testing.T) {
 	}
 	// Objects not written within the window are forgotten.
 	now = now.Add(time.Hour)
-	g.wrote(writeKey{writer: "home.sync/t0", id: objectID{Name: "other", Kind: "Namespace"}}, "d")
+	g.wrote(writeKey{writer: "home.sync/t0", id: v1alpha1.ObjectID{Name: "other", Kind: "Namespace"}}, "d")
 	if len(g.logs) != 1 {
 		t.Errorf("the guard holds %d objects, want 1", len(g.logs))
 	}

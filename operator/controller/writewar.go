@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // A write war is an object that we keep rewriting to the same desired
@@ -23,7 +25,7 @@ import (
 type writeKey struct {
 	writer  string // the owner label's value and the target's id
 	cluster string // as inventoryItem.cluster
-	id      objectID
+	id      v1alpha1.ObjectID
 }
 
 // writeLog is the recent writes of one desired state of an object.
@@ -49,7 +51,7 @@ func newWriteGuard(limit int, window time.Duration) *writeGuard {
 
 // writeWarError is a write refused by the guard.
 type writeWarError struct {
-	id     objectID
+	id     v1alpha1.ObjectID
 	writes int
 	window time.Duration
 	// allowed is when the write will be allowed again: the oldest write
@@ -59,7 +61,7 @@ type writeWarError struct {
 
 func (e *writeWarError) Error() string {
 	return fmt.Sprintf("%s: write war: rewritten to the same desired state %d times within %s and changed again by someone else; "+
-		"not written until its desired state changes or %s passes", e.id.describe(), e.writes, e.window, e.window)
+		"not written until its desired state changes or %s passes", e.id.String(), e.writes, e.window, e.window)
 }
 
 // allow returns a writeWarError when writing digest to k's object would be

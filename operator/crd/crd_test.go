@@ -2,6 +2,7 @@ package crd
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -231,4 +232,29 @@ func source(obj map[string]any, i int) map[string]any {
 }
 func target(obj map[string]any, i int) map[string]any {
 	return spec(obj)["targets"].([]any)[i].(map[string]any)
+}
+
+// kubectl get msync shows Ready, Targets, Revision and Age; -o wide adds
+// Suspended, Last sync and the Ready message (priority 1).
+func TestPrinterColumns(t *testing.T) {
+	crd, err := decodeCRD(config.ManifestSyncCRD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+		got = append(got, fmt.Sprintf("%s %s %s %d", c.Name, c.Type, c.JSONPath, c.Priority))
+	}
+	want := []string{
+		"Ready string .status.conditions[?(@.type==\"Ready\")].status 0",
+		"Targets string .status.targetsSummary 0",
+		"Revision string .status.shortRevision 0",
+		"Age date .metadata.creationTimestamp 0",
+		"Suspended boolean .spec.suspend 1",
+		"Last sync date .status.lastSuccessfulSyncTime 1",
+		"Message string .status.conditions[?(@.type==\"Ready\")].message 1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("printer columns:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

@@ -280,18 +280,9 @@ func Write(w io.Writer, ms *v1alpha1.ManifestSync) error {
 		if !e.Time.IsZero() {
 			when = e.Time.UTC().Format("2006-01-02T15:04:05Z")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i, when, orDash(e.Result), orDash(shortRevision(e.Revision)), orDash(strings.Join(sources, " ")))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i, when, orDash(e.Result), orDash(v1alpha1.ShortRevision(e.Revision)), orDash(strings.Join(sources, " ")))
 	}
 	return tw.Flush()
-}
-
-// shortRevision is "sha256:" and 12 hex digits.
-func shortRevision(rev string) string {
-	const n = len("sha256:") + 12
-	if len(rev) > n {
-		return rev[:n]
-	}
-	return rev
 }
 
 // shortSource shortens the commit of a git revision to 12 digits.

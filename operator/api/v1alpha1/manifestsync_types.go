@@ -18,6 +18,9 @@ const Kind = "ManifestSync"
 // +kubebuilder:printcolumn:name="Targets",type=string,JSONPath=`.status.targetsSummary`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.shortRevision`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
+// +kubebuilder:printcolumn:name="Last sync",type=date,JSONPath=`.status.lastSuccessfulSyncTime`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type ManifestSync struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -87,6 +90,7 @@ type ManifestSyncSpec struct {
 
 	// Suspend stops reconciling without deleting anything.
 	// +optional
+	// +kubebuilder:default=false
 	Suspend bool `json:"suspend,omitempty"`
 
 	// ServiceAccountName, when set, is impersonated for in-cluster reads
@@ -461,7 +465,7 @@ type TargetStatus struct {
 }
 
 // InventoryEntry is one applied object: its id is
-// namespace_name_group_kind, v its version.
+// namespace_name_group_kind (ObjectID's inventory form), v its version.
 type InventoryEntry struct {
 	ID      string `json:"id"`
 	Version string `json:"v"`
@@ -476,6 +480,11 @@ type InventoryEntry struct {
 	// in the inventory so that pruning and status still know it.
 	// +optional
 	Missing bool `json:"missing,omitempty"`
+	// Drifted is set when the object was changed by someone else and,
+	// under spec.policy.drift Report or Ignore, left so; the next apply
+	// of the object clears it.
+	// +optional
+	Drifted bool `json:"drifted,omitempty"`
 }
 
 // HistoryEntry is one evaluated revision.
