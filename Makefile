@@ -8,6 +8,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 CUE := $(BIN)/cue
 STARLARK := $(BIN)/starlark
+HELM := $(BIN)/helm
 PKGS := ./...
 
 .DEFAULT_GOAL := help
@@ -98,6 +99,20 @@ $(CUE): hack/tools/cue/go.mod
 
 $(STARLARK): hack/tools/starlark/go.mod
 	cd hack/tools/starlark && $(GO) build -o $@ go.starlark.net/cmd/starlark
+
+.PHONY: helm
+helm: $(HELM) ## Build bin/helm (the Helm CLI the chart's tests run), pinned by hack/tools/helm/go.mod.
+
+# Stamped as Helm's own Makefile stamps it: its version, and for the
+# cluster's version that helm template and helm lint assume, the Kubernetes
+# release of its client-go (v0.N is 1.N).
+HELM_VERSION = $(shell cd hack/tools/helm && $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
+HELM_K8S_MINOR = $(word 2,$(subst ., ,$(shell cd hack/tools/helm && $(GO) list -m -f '{{.Version}}' k8s.io/client-go)))
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
+
+$(HELM): hack/tools/helm/go.mod
+	cd hack/tools/helm && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 $(GOLANGCI_LINT): hack/tools/lint/go.mod
 	cd hack/tools/lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
