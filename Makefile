@@ -26,7 +26,7 @@ build: ## Build bin/engine.
 	$(GO) build -o $(BIN)/engine ./cmd/engine
 
 .PHONY: test
-test: ## Run every test (installs what the tests need first: etcd, sshd, kube-apiserver).
+test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, kube-apiserver, bin/helm).
 	hack/test-deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 $(PKGS)
 
@@ -74,8 +74,14 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	hack/gen-k8s-schemas.sh
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and copy it into the chart's crds/.
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./operator/api/... output:crd:artifacts:config=operator/config/crd/bases
+	rm -f operator/chart/crds/*.yaml
+	cp operator/config/crd/bases/*.yaml operator/chart/crds/
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## Lint the Helm chart (operator/chart) with helm lint --strict.
+	$(HELM) lint --strict operator/chart
 
 .PHONY: verify
 verify: generate manifests ## Fail when generated files are stale, go.mod is untidy or code is unformatted.
