@@ -8,6 +8,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 CUE := $(BIN)/cue
 STARLARK := $(BIN)/starlark
+HELM := $(BIN)/helm
 PKGS := ./...
 
 .DEFAULT_GOAL := help
@@ -25,7 +26,7 @@ build: ## Build bin/engine.
 	$(GO) build -o $(BIN)/engine ./cmd/engine
 
 .PHONY: test
-test: ## Run every test (installs what the tests need first: etcd, sshd, kube-apiserver).
+test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, kube-apiserver, bin/helm).
 	hack/test-deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 $(PKGS)
 
@@ -73,8 +74,14 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	hack/gen-k8s-schemas.sh
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and copy it into the chart's crds/.
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./operator/api/... output:crd:artifacts:config=operator/config/crd/bases
+	rm -f operator/chart/crds/*.yaml
+	cp operator/config/crd/bases/*.yaml operator/chart/crds/
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## Lint the Helm chart (operator/chart) with helm lint --strict.
+	$(HELM) lint --strict operator/chart
 
 .PHONY: verify
 verify: generate manifests ## Fail when generated files are stale, go.mod is untidy or code is unformatted.
@@ -98,6 +105,20 @@ $(CUE): hack/tools/cue/go.mod
 
 $(STARLARK): hack/tools/starlark/go.mod
 	cd hack/tools/starlark && $(GO) build -o $@ go.starlark.net/cmd/starlark
+
+.PHONY: helm
+helm: $(HELM) ## Build bin/helm (the Helm CLI the chart's tests run), pinned by hack/tools/helm/go.mod.
+
+# Stamped as Helm's own Makefile stamps it: its version, and for the
+# cluster's version that helm template and helm lint assume, the Kubernetes
+# release of its client-go (v0.N is 1.N).
+HELM_VERSION = $(shell cd hack/tools/helm && $(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)
+HELM_K8S_MINOR = $(word 2,$(subst ., ,$(shell cd hack/tools/helm && $(GO) list -m -f '{{.Version}}' k8s.io/client-go)))
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
+
+$(HELM): hack/tools/helm/go.mod
+	cd hack/tools/helm && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 $(GOLANGCI_LINT): hack/tools/lint/go.mod
 	cd hack/tools/lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

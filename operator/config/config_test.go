@@ -36,7 +36,7 @@ func TestDefaultAppliesToAPIServer(t *testing.T) {
 	for _, o := range objs {
 		kinds = append(kinds, o.GetKind())
 	}
-	for _, want := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"} {
+	for _, want := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("the default layout has no %s (has %v)", want, kinds)
 		}
@@ -70,8 +70,7 @@ func TestManagerRunsTheOperator(t *testing.T) {
 	if deploy == nil || binding == nil {
 		t.Fatal("no manager Deployment or ClusterRoleBinding")
 	}
-	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
-	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	args := containerArgs(t, deploy)
 	if len(args) == 0 || args[0] != "operator" || !slices.Contains(args, "--leader-elect") {
 		t.Errorf("manager args %v, want operator --leader-elect ...", args)
 	}
@@ -101,6 +100,12 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decode(t, out)
+}
+
+// decode reads a stream of YAML documents, skipping empty ones.
+func decode(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
@@ -110,7 +115,9 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, o)
+		if o.Object != nil {
+			objs = append(objs, o)
+		}
 	}
 	return objs
 }

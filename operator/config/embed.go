@@ -1,10 +1,11 @@
 // Package config holds the operator's Kubernetes manifests in a kustomize
 // layout: crd/ (generated), rbac/ (the operator's own least-privilege role,
-// and the role for what it applies), manager/ (its namespace and
-// Deployment) and default/, which builds them all. It embeds the generated
-// CRD, so that Go code validates against exactly the schema that is
-// deployed. A test applies default/ to a real API server with server-side
-// dry-run.
+// and the role for what it applies), manager/ (its namespace, Deployment
+// and metrics Service) and default/, which builds them all. It embeds the
+// generated CRD, so that Go code validates against exactly the schema that
+// is deployed. A test applies default/ to a real API server with
+// server-side dry-run; others hold the Helm chart (operator/chart) to the
+// same objects.
 //
 // It imports nothing but embed; keep it that way, so that any package may
 // read the CRDs without pulling in a cluster client.
