@@ -74,10 +74,11 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	hack/gen-k8s-schemas.sh
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and copy it into the chart's crds/.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and copy it and the alert rules into the chart.
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./operator/api/... output:crd:artifacts:config=operator/config/crd/bases
 	rm -f operator/chart/crds/*.yaml
 	cp operator/config/crd/bases/*.yaml operator/chart/crds/
+	cp operator/config/monitoring/rules.yaml operator/chart/files/prometheus-rules.yaml
 
 .PHONY: chart-lint
 chart-lint: $(HELM) ## Lint the Helm chart (operator/chart) with helm lint --strict.

@@ -54,6 +54,22 @@ func TestChartCRDsAreTheGeneratedOnes(t *testing.T) {
 	}
 }
 
+// The chart's alert rules are operator/config/monitoring's, which a test
+// checks against the operator's metrics; make manifests copies them.
+func TestChartRulesAreTheMonitoringOnes(t *testing.T) {
+	want, err := os.ReadFile("monitoring/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir, "files", "prometheus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s/files/prometheus-rules.yaml differs from monitoring/rules.yaml: run make manifests", chartDir)
+	}
+}
+
 // TestChartRendersTheKustomizeLayout compares, object by object (decoded,
 // not as text), what the chart renders with its default values with what
 // the kustomize layout builds.
