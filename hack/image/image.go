@@ -122,6 +122,9 @@ func writeLayout(dir string, idx v1.ImageIndex, ref string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it 0700
+		return err
+	}
 	p, err := layout.Write(tmp, empty.Index)
 	if err != nil {
 		return fmt.Errorf("OCI layout %s: %w", dir, err)

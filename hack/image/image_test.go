@@ -58,6 +58,9 @@ func buildLayout(t *testing.T, m Meta, b Base, plats []v1.Platform, bins map[str
 	if err := writeLayout(dir, idx, m.Version); err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("layout directory %s: %v %v, want mode 0755", dir, fi, err)
+	}
 	back, err := readLayout(dir)
 	if err != nil {
 		t.Fatal(err)
