@@ -1,0 +1,260 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// TestImageReproduciblePushedRuns is `make image` end to end: the engine
+// is built for both platforms, the image assembled twice from scratch
+// (same digest), pushed to Debian's docker-registry on 127.0.0.1, pulled
+// back by digest, this machine's platform unpacked into a directory, and
+// `chroot DIR /engine version` prints the commit.
+func TestImageReproduciblePushedRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the engine for two platforms")
+	}
+	registry := registryPath(t)
+	ctx := t.Context()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := gitMeta(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Source, m.Licenses = defaultSource, "NOASSERTION"
+	plats := mustPlatforms(t)
+	binDir := t.TempDir()
+	bins := map[string]string{}
+	for _, p := range plats {
+		bins[p.String()] = filepath.Join(binDir, p.Architecture)
+		if err := compileEngine(ctx, root, p, m, bins[p.String()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, err := loadBase(defaultCABundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var layouts []string
+	var digests []v1.Hash
+	for range 2 {
+		dir, d := buildLayout(t, m, base, plats, bins)
+		layouts, digests = append(layouts, dir), append(digests, d)
+	}
+	if digests[0] != digests[1] {
+		t.Fatalf("two builds of commit %s: %s and %s", m.Commit, digests[0], digests[1])
+	}
+	t.Logf("index %s (version %s)", digests[0], m.Version)
+
+	addr := startRegistry(t, registry)
+	_, pushed, err := push(ctx, layouts[1], addr+"/manifestsync/engine:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pushed != digests[0] {
+		t.Fatalf("pushed %s, built %s", pushed, digests[0])
+	}
+	ref, err := name.ParseReference(addr + "/manifestsync/engine@" + pushed.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Index(ref, remote.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	if d, err := pulled.Digest(); err != nil || d != pushed {
+		t.Fatalf("pulled %s (%v), pushed %s", d, err, pushed)
+	}
+	for _, p := range plats {
+		if _, err := platformOf(pulled, p.OS, p.Architecture); err != nil {
+			t.Error(err)
+		}
+	}
+	img, err := platformOf(pulled, "linux", runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.User != "65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/engine"}) ||
+		cf.Config.Labels["org.opencontainers.image.revision"] != m.Commit {
+		t.Errorf("pulled config: user %q entrypoint %q labels %v", cf.Config.User, cf.Config.Entrypoint, cf.Config.Labels)
+	}
+
+	rootfs := t.TempDir()
+	unpack(t, img, rootfs)
+	ca, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt"))
+	if err != nil || !bytes.Equal(ca, base.CACerts) {
+		t.Errorf("unpacked CA bundle is not Debian's (%v)", err)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("unpacked /tmp: %v %v, want drwxrwxrwt", fi, err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "chroot", rootfs, "/engine", "version")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(stderr.String(), "Operation not permitted") {
+			t.Skipf("chroot is not permitted here, so the unpacked image's engine cannot run: %s", strings.TrimSpace(stderr.String()))
+		}
+		t.Fatalf("chroot %s /engine version: %v\n%s%s", rootfs, err, stdout.String(), stderr.String())
+	}
+	want := "engine " + m.Version + " commit " + m.Commit + " "
+	if !strings.HasPrefix(stdout.String(), want) {
+		t.Errorf("chroot DIR /engine version = %q, want it to start with %q", stdout.String(), want)
+	}
+}
+
+// platformOf finds the image of one platform in an index.
+func platformOf(idx v1.ImageIndex, goos, goarch string) (v1.Image, error) {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, desc := range im.Manifests {
+		if desc.Platform != nil && desc.Platform.OS == goos && desc.Platform.Architecture == goarch {
+			return idx.Image(desc.Digest)
+		}
+	}
+	return nil, fmt.Errorf("no %s/%s image in the index", goos, goarch)
+}
+
+// unpack writes the image's flattened file system into dir.
+func unpack(t *testing.T, img v1.Image, dir string) {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		mode := h.FileInfo().Mode()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(target, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("%s: unexpected tar entry type %c", h.Name, h.Typeflag)
+		}
+		if err := os.Chmod(target, mode&(os.ModePerm|os.ModeSticky)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// registryPath finds Debian's docker-registry (the distribution registry).
+// Without it the test fails: `make test` installs it.
+func registryPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("docker-registry"); err == nil {
+		return p
+	}
+	t.Fatal("docker-registry not installed: run `make test`, which installs Debian's docker-registry, or install it yourself")
+	return ""
+}
+
+// startRegistry serves a registry with its storage in a temporary
+// directory on a free loopback port, stopped when the test ends, and
+// returns its host:port.
+func startRegistry(t *testing.T, bin string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	config := fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+http:
+  addr: %s
+`, filepath.Join(dir, "data"), addr)
+	configFile := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "serve", configFile)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("docker-registry exited: %v\n%s", err, log)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("docker-registry on %s not serving /v2/ after 20s:\n%s", addr, log)
+		}
+	}
+}
