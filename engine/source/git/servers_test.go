@@ -187,9 +187,9 @@ func (s *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = io.NopCloser(bytes.NewReader(b))
 		}
 	}
-	cw := &countingWriter{ResponseWriter: w}
-	s.backend.ServeHTTP(cw, r)
-	s.bytes.Add(cw.n)
+	// Bytes are counted before they are sent, so that a client that has
+	// read a response sees them counted.
+	s.backend.ServeHTTP(&countingWriter{ResponseWriter: w, n: &s.bytes}, r)
 }
 
 func (s *httpServer) authorized(r *http.Request) bool {
@@ -205,13 +205,12 @@ func (s *httpServer) authorized(r *http.Request) bool {
 
 type countingWriter struct {
 	http.ResponseWriter
-	n int64
+	n *atomic.Int64
 }
 
 func (w *countingWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	w.n += int64(n)
-	return n, err
+	w.n.Add(int64(len(p)))
+	return w.ResponseWriter.Write(p)
 }
 
 // sshServer is an OpenSSH server whose login user is the current user.
