@@ -83,7 +83,7 @@ func exampleArgs(t *testing.T, dir string) []string {
 	if len(repos) == 0 {
 		t.Fatalf("%s/eval.args names no $GIT/NAME.git", dir)
 	}
-	root := t.TempDir()
+	root := gittest.TempDir(t)
 	for _, r := range repos {
 		if _, err := os.Stat(filepath.Join(root, r[1]+".git")); err != nil {
 			gittest.Publish(t, root, r[1], filepath.Join(dir, r[1]))
@@ -91,7 +91,7 @@ func exampleArgs(t *testing.T, dir string) []string {
 	}
 	url := gittest.Daemon(t, root)
 	// Fetched repositories are cached under the user cache directory.
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("XDG_CACHE_HOME", gittest.TempDir(t))
 	var args []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {

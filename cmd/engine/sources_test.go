@@ -65,17 +65,17 @@ func TestEvalGit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a git daemon")
 	}
-	content := t.TempDir()
+	content := gittest.TempDir(t)
 	writeFiles(t, content, map[string]string{
 		"deploy/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {MODE: git}\n",
 		"README.md":      "outside the path\n",
 	})
-	root := t.TempDir()
+	root := gittest.TempDir(t)
 	hash := gittest.Publish(t, root, "config", content)
 	url := gittest.Daemon(t, root) + "/config.git"
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("XDG_CACHE_HOME", gittest.TempDir(t))
 
-	dir := t.TempDir()
+	dir := gittest.TempDir(t)
 	sync := filepath.Join(dir, "sync.yaml")
 	writeFiles(t, dir, map[string]string{"sync.yaml": `apiVersion: manifestsync.dev/v1alpha1
 kind: ManifestSync

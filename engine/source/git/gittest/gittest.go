@@ -126,10 +126,34 @@ func (b *Buffer) String() string {
 func ServerEnv(t *testing.T) []string {
 	return []string{
 		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + t.TempDir(),
+		"HOME=" + TempDir(t),
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_CONFIG_GLOBAL=/dev/null",
 	}
+}
+
+// TempDir is t.TempDir for directories that git servers and commands use:
+// git may still write into them for a moment after the command or server
+// is gone (a detached gc, a child of a killed daemon), which makes
+// t.TempDir's own removal fail the test. Its removal retries for a few
+// seconds and only logs what it could not remove.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gittest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 50 {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("gittest: leaving %s: %v", dir, err)
+	})
+	return dir
 }
 
 // Daemon publishes the bare repositories under root over git:// and
@@ -151,7 +175,7 @@ func Daemon(t *testing.T, root string) string {
 // hash is the same on every run, and returns the commit's hash.
 func Publish(t *testing.T, root, name, dir string) string {
 	t.Helper()
-	hash, err := PublishDir(root, name, dir, t.TempDir())
+	hash, err := PublishDir(root, name, dir, TempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
