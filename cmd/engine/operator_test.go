@@ -43,14 +43,7 @@ func TestClientLimits(t *testing.T) {
 // recover when the API server is back. (operator/e2e's TestAPIServerOutage
 // checks what the operator's watches do meanwhile.)
 func TestOperatorAPIServerProbe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver; skipped under -short")
-	}
-	env, err := testenv.Start() // its own: killed below
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := ownEnv(t)
 	op := startEngineOperator(t, env)
 	t.Cleanup(func() {
 		logs := op.stop(t)
@@ -102,14 +95,7 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 // An operator started while the API server is down waits for it, and
 // starts when it answers, instead of exiting into a crash loop.
 func TestOperatorStartsDuringOutage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver; skipped under -short")
-	}
-	env, err := testenv.Start() // its own: killed below
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := ownEnv(t)
 	if err := env.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +126,20 @@ func TestOperatorStartsDuringOutage(t *testing.T) {
 			t.Errorf("%d log lines with %s, want 1:\n%s", n, msg, logs)
 		}
 	}
+}
+
+// ownEnv starts a control plane of the test's own, which it may kill.
+func ownEnv(t *testing.T) *testenv.Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver; skipped under -short")
+	}
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
 }
 
 // engineOperator is `engine operator` running in a process of its own
