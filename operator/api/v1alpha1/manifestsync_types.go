@@ -97,6 +97,60 @@ type ManifestSyncSpec struct {
 	// and writes of this ManifestSync.
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// Wait makes Ready mean healthy: Ready is True only when every object
+	// of every target is Current (kstatus), and a wave starts only when
+	// the one before it is Current.
+	// +optional
+	// +kubebuilder:default=false
+	Wait bool `json:"wait,omitempty"`
+
+	// Timeout bounds the wait for health: when it passes, Ready is False
+	// with reason HealthCheckFailed naming the objects that are not Current.
+	// +optional
+	// +kubebuilder:default="5m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// HealthChecks judge the health of kinds kstatus cannot, by CEL
+	// expressions over the object.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
+
+	// DependsOn are ManifestSyncs that must be Ready at their current
+	// generation before anything of this one is applied.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	DependsOn []DependencyReference `json:"dependsOn,omitempty"`
+}
+
+// HealthCheck judges the health of one kind by CEL expressions over the
+// object (bound as `self`), as Flux's healthCheckExprs: the first of
+// failed, current and inProgress that is true decides; none true is
+// InProgress. Without a current expression the object is Unknown.
+type HealthCheck struct {
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// Current is true when the object is healthy and reconciled.
+	// +kubebuilder:validation:MinLength=1
+	Current string `json:"current"`
+	// InProgress is true while the object is still being reconciled.
+	// +optional
+	InProgress string `json:"inProgress,omitempty"`
+	// Failed is true when the object failed.
+	// +optional
+	Failed string `json:"failed,omitempty"`
+}
+
+// DependencyReference names another ManifestSync.
+type DependencyReference struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Namespace defaults to the ManifestSync's own.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // Source is one named input. Exactly one of git, object and kustomize is set.
@@ -385,6 +439,38 @@ const (
 	// ReasonServiceAccountRequired: the operator requires
 	// spec.serviceAccountName and the ManifestSync has none.
 	ReasonServiceAccountRequired = "ServiceAccountRequired"
+
+	// ConditionHealthy is True when every applied object is Current.
+	ConditionHealthy = "Healthy"
+	// ReasonHealthCheckFailed: spec.timeout passed before every object
+	// was Current.
+	ReasonHealthCheckFailed = "HealthCheckFailed"
+	// ReasonProgressing: the objects were applied and some are not
+	// Current yet.
+	ReasonProgressing = "Progressing"
+	// ReasonDependencyNotReady: a ManifestSync of spec.dependsOn is not
+	// Ready at its current generation; nothing was applied.
+	ReasonDependencyNotReady = "DependencyNotReady"
+	// ReasonDependencyCycle: spec.dependsOn leads back to this
+	// ManifestSync; nothing was applied.
+	ReasonDependencyCycle = "DependencyCycle"
+)
+
+// Health is the health of a target's objects taken together.
+// +kubebuilder:validation:Enum=Healthy;Progressing;Degraded;Unknown
+type Health string
+
+const (
+	// HealthHealthy: every object is Current.
+	HealthHealthy Health = "Healthy"
+	// HealthProgressing: some object is InProgress, none Failed.
+	HealthProgressing Health = "Progressing"
+	// HealthDegraded: some object Failed (or did not become Current
+	// within spec.timeout).
+	HealthDegraded Health = "Degraded"
+	// HealthUnknown: some object's health cannot be judged (no status and
+	// no health check), or it is not found.
+	HealthUnknown Health = "Unknown"
 )
 
 // ManifestSyncStatus is what the operator observed and did.
@@ -462,6 +548,9 @@ type TargetStatus struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// Health of the target's objects taken together.
+	// +optional
+	Health Health `json:"health,omitempty"`
 }
 
 // InventoryEntry is one applied object: its id is
