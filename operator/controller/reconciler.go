@@ -174,13 +174,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.sync(ctx, ms, st)
 }
 
-// sync is one pass: sources -> evaluate -> apply -> prune -> status.
+// sync is one pass: dependencies -> sources -> evaluate -> apply -> prune
+// -> status.
 func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (ctrl.Result, error) {
 	orig := ms.DeepCopy()
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
+	}
+	if b, err := r.checkDependencies(ctx, ms); err != nil || b != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.waitForDependencies(ctx, st, orig, ms, b)
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
@@ -231,11 +238,15 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
 	st.transientFailures = 0
-	interval := defaultInterval
+	return ctrl.Result{RequeueAfter: syncInterval(ms)}, nil
+}
+
+// syncInterval is how long after a sync the next one runs: spec.interval.
+func syncInterval(ms *v1alpha1.ManifestSync) time.Duration {
 	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
-		interval = ms.Spec.Interval.Duration
+		return ms.Spec.Interval.Duration
 	}
-	return ctrl.Result{RequeueAfter: interval}, nil
+	return defaultInterval
 }
 
 // retrySoon schedules the retry of a sync that failed for a cause that
