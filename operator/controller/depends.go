@@ -137,7 +137,12 @@ func (r *Reconciler) checkDependencies(ctx context.Context, ms *v1alpha1.Manifes
 	}
 
 	var waiting []string
+	seen := map[engine.SyncRef]bool{}
 	for _, d := range engine.DependsOn(ms.Namespace, ms.Spec.DependsOn) {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
 		if !r.crossNamespaceAllowed(self, d) {
 			waiting = append(waiting, fmt.Sprintf("ManifestSync %s is in another namespace: the operator requires spec.serviceAccountName (tenancy lockdown), which allows dependencies in the ManifestSync's own namespace only", d))
 			continue

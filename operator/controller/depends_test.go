@@ -377,6 +377,11 @@ func TestDependsOnLockdown(t *testing.T) {
 	if err != nil || blk == nil || blk.msg != "ManifestSync "+one+"/a is not Ready: not reconciled yet" {
 		t.Errorf("with lockdown, same namespace: %+v, %v", blk, err)
 	}
+	// A dependency named twice is named once.
+	blk, err = open.checkDependencies(ctx, namedSync(one, "twice", target, "a", one+"/a"))
+	if err != nil || blk == nil || blk.msg != "ManifestSync "+one+"/a is not Ready: not reconciled yet" {
+		t.Errorf("a dependency named twice: %+v, %v", blk, err)
+	}
 }
 
 func TestNotReady(t *testing.T) {
