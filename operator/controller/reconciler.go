@@ -61,7 +61,8 @@ type Options struct {
 	DeletionTimeout time.Duration
 	// RequireServiceAccount fails every ManifestSync without
 	// spec.serviceAccountName, so that no tenant writes with the
-	// operator's own permissions (see tenancy.go).
+	// operator's own permissions (see tenancy.go), and refuses
+	// dependencies on ManifestSyncs of other namespaces (see depends.go).
 	RequireServiceAccount bool
 	// WriteWarLimit and WriteWarWindow bound how often one object is
 	// rewritten to the same desired state: one write more than
@@ -183,11 +184,12 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
-	if b, err := r.checkDependencies(ctx, ms); err != nil || b != nil {
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		return r.waitForDependencies(ctx, st, orig, ms, b)
+	blocked, err := r.checkDependencies(ctx, ms)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if blocked != nil {
+		return r.waitForDependencies(ctx, st, orig, ms, blocked)
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
