@@ -37,6 +37,8 @@ type evalFlags struct {
 	showSecrets bool
 	// maxMemory bounds the worker the evaluation runs in (a quantity).
 	maxMemory string
+	// namespaces are the cluster's, for namespaceSelector targets.
+	namespaces namespaceFlags
 }
 
 func newEvalCmd() *cobra.Command {
@@ -69,7 +71,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runEval(cmd.Context(), cmd.OutOrStdout(), &f)
+			return runEval(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
 	}
 	fl := cmd.Flags()
@@ -80,6 +82,7 @@ evaluation stopped at --max-memory or --timeout.`,
 	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
 	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
+	addNamespaceFlags(fl, &f.namespaces)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -100,7 +103,7 @@ func addLimitFlags(fl flagSet, l *lstar.Limits) {
 	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
 }
 
-func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
+func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *evalFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -128,13 +131,22 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 			return usageErr("eval: --target %s: %s has no target named %q", name, f.file, name)
 		}
 	}
+	namespaces, err := f.namespaces.load(stdin)
+	if err != nil {
+		return err
+	}
+	selectors := selectorTargets(spec, f.targets)
+	if namespaces == nil && len(selectors) > 0 {
+		return failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, selectors[0], namespacesUsage))
+	}
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
-		Limits:  f.limits,
-		Targets: f.targets,
+		Limits:     f.limits,
+		Targets:    f.targets,
+		Namespaces: namespaces,
 	})
 	if err, ok := killed(f.file, err); ok {
 		return err
@@ -145,6 +157,9 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 			return err
 		}
 		return failed(err)
+	}
+	for _, name := range unmatchedSelectors(selectors, res) {
+		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
 	}
 	if err := writeResult(stdout, res, f); err != nil {
 		return &exitError{code: exitUsage, err: err}
