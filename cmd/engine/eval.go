@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -161,6 +162,7 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *
 	for _, name := range unmatchedSelectors(selectors, res) {
 		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
 	}
+	orderWaves(res)
 	if err := writeResult(stdout, res, f); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -332,6 +334,20 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 	return nil
 }
 
+// orderWaves fails each evaluated target whose objects cannot be ordered
+// in waves (a wave annotation that is not an integer), as the operator
+// would refuse to apply it.
+func orderWaves(res *engine.Result) {
+	for _, t := range res.Targets {
+		if t.Err != nil {
+			continue
+		}
+		if _, err := engine.Waves(t.Objects); err != nil {
+			t.Err = errors.New(res.Redactor.String(fmt.Sprintf("target %q: %v", t.ID(), err)))
+		}
+	}
+}
+
 // maskedResult is res with every object masked by res.Redactor for
 // showing; digests stay those of the real objects.
 func maskedResult(res *engine.Result) *engine.Result {
@@ -375,6 +391,15 @@ type jsonTarget struct {
 	Cluster   string           `json:"cluster"`
 	Digest    string           `json:"digest"`
 	Objects   []map[string]any `json:"objects"`
+	// Waves is the order the operator applies the objects in.
+	Waves []jsonWave `json:"waves"`
+}
+
+// jsonWave is one wave of a target: its number and its objects, in apply
+// order, as "Kind namespace/name".
+type jsonWave struct {
+	Wave    int      `json:"wave"`
+	Objects []string `json:"objects"`
 }
 
 type jsonResult struct {
@@ -392,6 +417,18 @@ func writeJSON(w io.Writer, res *engine.Result, targets []*engine.TargetResult) 
 		jt := jsonTarget{Name: t.Name, Namespace: t.Namespace, Cluster: t.Cluster, Digest: t.Digest, Objects: []map[string]any{}}
 		for _, o := range t.Objects {
 			jt.Objects = append(jt.Objects, o.Object)
+		}
+		waves, err := engine.Waves(t.Objects)
+		if err != nil {
+			return fmt.Errorf("target %q: %w", t.ID(), err)
+		}
+		jt.Waves = []jsonWave{}
+		for _, w := range waves {
+			jw := jsonWave{Wave: w.N, Objects: []string{}}
+			for _, o := range w.Objects {
+				jw.Objects = append(jw.Objects, v1alpha1.IDOf(o).String())
+			}
+			jt.Waves = append(jt.Waves, jw)
 		}
 		out.Targets = append(out.Targets, jt)
 	}
