@@ -59,6 +59,18 @@ user cache directory (manifestsync/git), so a second run costs one ref
 listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
 branch:NAME, commit:HASH.
 
+A target with a namespaceSelector is evaluated once per namespace it
+matches among those given with --namespaces FILE (what kubectl get
+namespaces -o yaml or -o json prints, or Namespace documents; - reads
+stdin) and --namespace NAME[,KEY=VALUE...] (repeatable); without either
+flag such a target is an error. A selector that matches none is said on
+stderr.
+
+-o json gives, beside each target's objects, its waves: the order the
+operator applies them in, by the manifestsync.dev/wave annotation
+(ascending; CRDs, then Namespaces, first inside a wave), each object as
+"Kind namespace/name". A wave that is not an integer fails its target.
+
 Secret values are masked as *** in what eval prints or writes, as in its
 errors; --show-secrets prints them (for piping into kubectl apply). Digests
 are always those of the real objects.
