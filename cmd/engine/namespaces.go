@@ -143,7 +143,7 @@ func parseNamespaces(name string, data []byte) ([]placedNamespace, error) {
 		}
 		root := doc.Content[0]
 		at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", name, n.Line) }
-		kind, err := kindOf(root, "")
+		kind, err := kindOf(root, false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", at(root), err)
 		}
@@ -168,7 +168,7 @@ func parseNamespaces(name string, data []byte) ([]placedNamespace, error) {
 			if kind != "Namespace" {
 				field = fmt.Sprintf("items[%d]: ", i)
 			}
-			ns, line, err := namespaceOf(item, kind)
+			ns, line, err := namespaceOf(item, kind != "Namespace")
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: %s%w", name, line, field, err)
 			}
@@ -177,9 +177,9 @@ func parseNamespaces(name string, data []byte) ([]placedNamespace, error) {
 	}
 }
 
-// kindOf is the kind of a Kubernetes object's node; in a list, an item
-// may leave it out (the API server's NamespaceList does).
-func kindOf(n *yaml.Node, list string) (string, error) {
+// kindOf is the kind of a Kubernetes object's node; an item of a list
+// may leave it out (those of the API server's NamespaceList do).
+func kindOf(n *yaml.Node, item bool) (string, error) {
 	if n.Kind != yaml.MappingNode {
 		return "", errors.New("not an object")
 	}
@@ -190,21 +190,18 @@ func kindOf(n *yaml.Node, list string) (string, error) {
 	switch {
 	case k != nil && k.Kind == yaml.ScalarNode && k.Value != "":
 		return k.Value, nil
-	case list != "":
+	case item:
 		return "Namespace", nil
 	}
 	return "", errors.New("no kind")
 }
 
-// namespaceOf reads the name and labels of a Namespace's node, an item
-// of a list of kind list or a document of its own ("Namespace"). An error
-// comes with the line it is about.
-func namespaceOf(n *yaml.Node, list string) (engine.Namespace, int, error) {
+// namespaceOf reads the name and labels of a Namespace's node, a
+// document of its own or an item of a list. An error comes with the line
+// it is about.
+func namespaceOf(n *yaml.Node, item bool) (engine.Namespace, int, error) {
 	var ns engine.Namespace
-	if list == "Namespace" {
-		list = ""
-	}
-	kind, err := kindOf(n, list)
+	kind, err := kindOf(n, item)
 	if err != nil {
 		return ns, n.Line, err
 	}
