@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestSnippetColor checks the snippet on a terminal: the gutter dimmed,
+// the caret bold red, every sequence reset; and plain text otherwise.
+func TestSnippetColor(t *testing.T) {
+	pos := filePos{File: "app/main.star", Line: 2, Col: 9}
+	var b bytes.Buffer
+	renderSnippet(&b, pos, "    n = ctx.x", "    n = ", true)
+	want := "\x1b[2m  --> app/main.star:2:9\x1b[0m\n" +
+		"\x1b[2m  |\x1b[0m\n" +
+		"\x1b[2m2 |\x1b[0m     n = ctx.x\n" +
+		"\x1b[2m  |\x1b[0m         \x1b[1;31m^\x1b[0m\n"
+	if b.String() != want {
+		t.Errorf("colour:\n%q\nwant\n%q", b.String(), want)
+	}
+	b.Reset()
+	renderSnippet(&b, pos, "    n = ctx.x", "    n = ", false)
+	if strings.Contains(b.String(), "\x1b") || !strings.HasSuffix(b.String(), "  |         ^\n") {
+		t.Errorf("plain:\n%q", b.String())
+	}
+}
+
+// TestColorOn checks that only a terminal gets colour, and never with
+// NO_COLOR set.
+func TestColorOn(t *testing.T) {
+	if colorOn(&bytes.Buffer{}) {
+		t.Error("a buffer gets colour")
+	}
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if colorOn(f) {
+		t.Error("a file gets colour")
+	}
+	for _, c := range []struct {
+		terminal bool
+		noColor  string
+		want     bool
+	}{{true, "", true}, {true, "1", false}, {false, "", false}} {
+		if got := useColor(c.terminal, c.noColor); got != c.want {
+			t.Errorf("terminal %v, NO_COLOR %q: colour %v, want %v", c.terminal, c.noColor, got, c.want)
+		}
+	}
+}
