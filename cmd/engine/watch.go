@@ -51,10 +51,10 @@ func watchEval(ctx context.Context, pool *worker.Pool, namespaces []engine.Names
 		if ctx.Err() != nil {
 			return nil
 		}
+		// Watched before it is shown: a change made once the render is
+		// seen is not missed.
+		w.watch(run)
 		w.show(n, out.String(), err)
-		if werr := w.watch(run); werr != nil {
-			return werr
-		}
 		if !w.wait(ctx) {
 			return nil
 		}
@@ -129,7 +129,7 @@ func (w *watcher) show(n int, out string, err error) {
 // and the files given with --source. Directories are watched rather than
 // files, so that an editor that saves by renaming a new file over the old
 // one is seen.
-func (w *watcher) watch(run *evalRun) error {
+func (w *watcher) watch(run *evalRun) {
 	files := map[string]bool{filepath.Clean(w.f.file): true}
 	var trees []string
 	dirs := map[string]bool{filepath.Dir(filepath.Clean(w.f.file)): true}
@@ -184,7 +184,6 @@ func (w *watcher) watch(run *evalRun) error {
 		w.dirs[d] = true
 	}
 	w.files, w.trees = files, trees
-	return nil
 }
 
 // wait blocks until a change that counts has settled (no further one for
