@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			writeError(stderr, ee.err, ee.tree, colorOn(stderr))
+			writeError(stderr, programName+": ", ee.err, ee.tree, colorOn(stderr))
 		}
 		return ee.code
 	}

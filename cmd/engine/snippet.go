@@ -215,15 +215,15 @@ func renderSnippet(w io.Writer, pos filePos, text, before string, color bool) {
 	fmt.Fprintf(w, "%s%s |%s %s%s^%s\n", c.gutter, pad, c.reset, under, c.caret, c.reset)
 }
 
-// writeError writes "engine: MESSAGE" and, under each line of the message
-// that names a place in a file of t (when t is not nil), that place's
-// snippet, each place once.
-func writeError(w io.Writer, err error, t *tree, color bool) {
+// writeError writes prefix and the error's message and, under each line of
+// the message that names a place in a file of t (when t is not nil), that
+// place's snippet, each place once.
+func writeError(w io.Writer, prefix string, err error, t *tree, color bool) {
 	var b strings.Builder
 	seen := map[filePos]bool{}
 	for i, line := range strings.Split(err.Error(), "\n") {
 		if i == 0 {
-			b.WriteString(programName + ": ")
+			b.WriteString(prefix)
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')

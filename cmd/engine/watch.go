@@ -116,7 +116,7 @@ func (w *watcher) show(n int, out string, err error) {
 	if !errors.As(err, &ee) {
 		ee = &exitError{err: err}
 	}
-	writeError(w.stderr, ee.err, ee.tree, colorOn(w.stderr))
+	writeError(w.stderr, programName+": ", ee.err, ee.tree, colorOn(w.stderr))
 	if w.good > 0 {
 		fmt.Fprintf(w.stderr, "%s: eval --watch: render %d failed; keeping render %d, the last good one\n", programName, n, w.good)
 	} else {
