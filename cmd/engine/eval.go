@@ -84,6 +84,17 @@ The evaluation runs in a worker process: its memory is bounded by
 validating the output, by --timeout. An evaluation past either ends with
 an error naming the limit, and exit status 2.
 
+Errors name FILE:LINE[:COL]; under each place in a file the evaluation
+read, the line is shown with a caret under the column (in colour on a
+terminal, unless NO_COLOR is set), its Secret values masked.
+
+--watch evaluates again on every save of the sync file, the scripts, the
+files they load and the local sources, and prints the result again: on a
+terminal in place of the last, otherwise after a "--- render N ---" line.
+--diff prints a unified diff against the last good render instead. A
+render that fails shows its error on stderr and keeps the last good
+output. SIGINT or SIGTERM ends the watch with status 0.
+
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
