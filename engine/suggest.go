@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -19,8 +20,8 @@ var missingKey = regexp.MustCompile(`^key ("(?:[^"\\]|\\.)*") not in dict$`)
 // written on params (ctx.params[...], params[...]) gets a suggestion: the
 // message does not say which dict it was.
 func (e *evaluation) suggestParam(err error, params map[string]any) error {
-	se, ok := err.(*lstar.Error)
-	if !ok {
+	var se *lstar.Error
+	if !errors.As(err, &se) {
 		return err
 	}
 	m := missingKey.FindStringSubmatch(se.Msg)

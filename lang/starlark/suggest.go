@@ -1,6 +1,7 @@
 package starlark
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -60,8 +61,8 @@ const undefinedPrefix = "undefined: "
 // undefined names that are a typo of a predeclared name (a stdlib module,
 // a built-in function).
 func (in *Interpreter) suggestNames(err error) error {
-	list, ok := err.(resolve.ErrorList)
-	if !ok {
+	var list resolve.ErrorList
+	if !errors.As(err, &list) {
 		return err
 	}
 	var names []string
