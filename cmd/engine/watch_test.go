@@ -146,6 +146,18 @@ func startWatch(t *testing.T, dir string, args ...string) (*exec.Cmd, *lineReade
 	}
 	cmd := exec.Command(exe, append([]string{"eval", "--watch", "-f", "sync.yaml"}, args...)...)
 	cmd.Dir = dir
+	_, out, errs := start(t, cmd)
+	return cmd, out, errs
+}
+
+// start starts cmd with its stdin, stdout and stderr piped to the test,
+// and kills it when the test ends.
+func start(t *testing.T, cmd *exec.Cmd) (io.Writer, *lineReader, *lineReader) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -158,24 +170,29 @@ func startWatch(t *testing.T, dir string, args ...string) (*exec.Cmd, *lineReade
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, newLineReader(stdout), newLineReader(stderr)
+	return stdin, newLineReader(stdout), newLineReader(stderr)
 }
 
-// stopWatch sends sig and checks that the process exits with status 0
-// within 10 seconds.
+// stopWatch sends sig and checks that the process exits with status 0.
 func stopWatch(t *testing.T, cmd *exec.Cmd, out, errs *lineReader, sig os.Signal) {
 	t.Helper()
 	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
+	exitsZero(t, cmd, sig.String(), out, errs)
+}
+
+// exitsZero checks that cmd exits with status 0 within 10 seconds of
+// what, reading the rest of its output into the readers meanwhile.
+func exitsZero(t *testing.T, cmd *exec.Cmd, what string, readers ...*lineReader) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
 		// Drain what is left so that the process never blocks writing.
-		for l := range out.lines {
-			out.seen = append(out.seen, l)
-		}
-		for l := range errs.lines {
-			errs.seen = append(errs.seen, l)
+		for _, r := range readers {
+			for l := range r.lines {
+				r.seen = append(r.seen, l)
+			}
 		}
 		done <- cmd.Wait()
 	}()
@@ -183,12 +200,12 @@ func stopWatch(t *testing.T, cmd *exec.Cmd, out, errs *lineReader, sig os.Signal
 	case err := <-done:
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("eval --watch exited %d on %v, want 0", ee.ExitCode(), sig)
+			t.Fatalf("eval --watch exited %d on %s, want 0", ee.ExitCode(), what)
 		} else if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("eval --watch did not exit within 10s of %v", sig)
+		t.Fatalf("eval --watch did not exit within 10s of %s", what)
 	}
 }
 
@@ -229,5 +246,56 @@ func TestEvalWatchDiff(t *testing.T) {
 	all := strings.Join(append(out.seen, errs.seen...), "\n")
 	if strings.Contains(all, "tok-") || !strings.Contains(all, "token: '***'") {
 		t.Errorf("the Secret's value is not masked:\n%s", all)
+	}
+}
+
+// TestEvalWatchTerminal runs eval --watch on a terminal (script(1) gives
+// it one): each render clears the screen instead of a separator, a
+// failed render shows the last good output again, the error's line is in
+// colour (but not with NO_COLOR), and Ctrl-C ends it with status 0.
+func TestEvalWatchTerminal(t *testing.T) {
+	scriptCmd, err := exec.LookPath("script")
+	if err != nil {
+		t.Skipf("no script(1) to give eval --watch a terminal: %v", err)
+	}
+	exe, err := exec.LookPath(programName)
+	if err != nil {
+		t.Fatalf("no %s on $PATH: %v", programName, err)
+	}
+	for _, noColor := range []bool{false, true} {
+		dir := t.TempDir()
+		write := writer(t, dir)
+		write("sync.yaml", watchSync)
+		write("app/main.star", watchScript(`"1"`))
+		cmd := exec.Command(scriptCmd, "-qfec", exe+" eval --watch -f sync.yaml", "/dev/null")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "TERM=xterm")
+		if noColor {
+			cmd.Env = append(cmd.Env, "NO_COLOR=1")
+		}
+		stdin, out, errs := start(t, cmd)
+		out.expect(t, "render 1", `^`+regexp.QuoteMeta(clearScreen)+`# target: dev`)
+		out.expect(t, "render 1", `render 1 at .*watching for changes`)
+		write("app/main.star", watchScript(`1 + "x"`))
+		out.expect(t, "the last good output again", `^`+regexp.QuoteMeta(clearScreen)+`# target: dev`)
+		out.expect(t, "the last good output again", `^  v: "1"`)
+		out.expect(t, "the error", `^engine: target "dev": app/main.star:2:98: unknown binary op`)
+		caret := `^ *\|.* \^`
+		if !noColor {
+			caret = `^` + regexp.QuoteMeta(ansi.gutter+"  |"+ansi.reset) + ` +` + regexp.QuoteMeta(ansi.caret+"^"+ansi.reset)
+		}
+		out.expect(t, "the caret", caret)
+		out.expect(t, "the error", `render 2 failed; keeping render 1`)
+		if _, err := stdin.Write([]byte{0x03}); err != nil { // Ctrl-C
+			t.Fatal(err)
+		}
+		exitsZero(t, cmd, "Ctrl-C", out, errs)
+		all := strings.Join(out.seen, "\n")
+		if strings.Contains(all, "--- render") {
+			t.Errorf("a separator on a terminal:\n%s", all)
+		}
+		if noColor && strings.Contains(all, "\x1b[1;31m") {
+			t.Errorf("colour with NO_COLOR:\n%s", all)
+		}
 	}
 }
