@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -90,12 +91,7 @@ func (t *tree) positions(msg string) []filePos {
 		}
 		all = append(all, found{m[0], p})
 	}
-	// In message order.
-	for i := 1; i < len(all); i++ {
-		for j := i; j > 0 && all[j].at < all[j-1].at; j-- {
-			all[j], all[j-1] = all[j-1], all[j]
-		}
-	}
+	slices.SortStableFunc(all, func(a, b found) int { return a.at - b.at }) // in message order
 	var out []filePos
 	seen := map[filePos]bool{}
 	for _, f := range all {
