@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,37 @@ func TestColorOn(t *testing.T) {
 		if got := useColor(c.terminal, c.noColor); got != c.want {
 			t.Errorf("terminal %v, NO_COLOR %q: colour %v, want %v", c.terminal, c.noColor, got, c.want)
 		}
+	}
+}
+
+// TestMaskValue checks what a line of a Secret manifest keeps: its key,
+// never its value.
+func TestMaskValue(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"  password: hunter2", "  password: ***"},
+		{"  password: [hunter2", "  password: ***"},
+		{"  .dockerconfigjson: e30=", "  .dockerconfigjson: ***"},
+		{"kind: Secret", "kind: Secret"},
+		{"  name: db", "  name: db"},
+		{"stringData:", "stringData:"},
+		{"  - hunter2", "  - ***"},
+		{"    continued line of a block scalar", "    ***"},
+		{"", ""},
+	} {
+		if got := maskValue(c.in); got != c.want {
+			t.Errorf("maskValue(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestPositions checks which places of a message count: names of files
+// of the tree only, in message order, each once, and yaml.v3's parser
+// errors a line further down.
+func TestPositions(t *testing.T) {
+	tr := &tree{files: map[string][]byte{"sync.yaml": nil, "app/main.star": nil, "app/x.yaml": nil}}
+	msg := `sync.yaml:11: target "dev": app/main.star:2:19: image nginx:1 (builtin:k8s/x.cue:3:4) app/main.star:2:19 app/x.yaml: yaml: line 4: did not find expected key; app/x.yaml: yaml: line 7: mapping values`
+	want := []filePos{{"sync.yaml", 11, 0}, {"app/main.star", 2, 19}, {"app/x.yaml", 5, 0}, {"app/x.yaml", 7, 0}}
+	if got := tr.positions(msg); !slices.Equal(got, want) {
+		t.Errorf("positions:\n%v\nwant\n%v", got, want)
 	}
 }

@@ -299,3 +299,27 @@ func TestEvalWatchTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchCounts checks which changes call for a render: the sync file,
+// a one-file source, anything in a local source's tree, but not an
+// editor's scratch files nor other files beside the sync file.
+func TestWatchCounts(t *testing.T) {
+	w := &watcher{files: map[string]bool{"sync.yaml": true, "tls.yaml": true}, trees: []string{"app"}}
+	for name, want := range map[string]bool{
+		"sync.yaml":          true,
+		"./tls.yaml":         true,
+		"app/main.star":      true,
+		"app/lib/x.star":     true,
+		"app":                true,
+		"app/.main.star.swp": false,
+		"app/main.star~":     false,
+		"app/4913":           false,
+		"app/.#main.star":    false,
+		"notes.md":           false,
+		"apple/x.star":       false,
+	} {
+		if got := w.counts(name); got != want {
+			t.Errorf("counts(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
