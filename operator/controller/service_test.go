@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -73,12 +71,7 @@ func TestHeadlessServiceStaysHeadless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
-	for range 5 {
-		if _, err := reconciler.Reconcile(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	}
+	resync(t, ms, 5)
 	after, err := env.Requests(ctx)
 	if err != nil {
 		t.Fatal(err)
