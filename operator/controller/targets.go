@@ -176,6 +176,9 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 	}
+	if rec == nil {
+		rec = restoreRecord(ctx, ms, c, a, revision, t) // after a restart
+	}
 	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
 		if !rec.partial {
