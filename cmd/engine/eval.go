@@ -49,9 +49,11 @@ func newEvalCmd() *cobra.Command {
 Sources come from --source NAME=DIR (a directory), NAME=FILE (an object,
 or a one-file tree) or NAME=URL[@REF] (a Git repository). Without --source,
 a source NAME is read from the directory NAME, or the file NAME.yaml, beside
-sync.yaml; failing that, a git source is fetched as the spec says, with the
-credentials of its secretRef read from SECRET.yaml beside sync.yaml (a
-Secret manifest) when it has one. Fetched repositories are cached under the
+sync.yaml (for a git source, eval then says on stderr that the copy
+replaces the revision the spec pins, and the inputs show its revision as
+local:PATH@DIGEST); failing that, a git source is fetched as the spec says,
+with the credentials of its secretRef read from SECRET.yaml beside
+sync.yaml (a Secret manifest) when it has one. Fetched repositories are cached under the
 user cache directory (manifestsync/git), so a second run costs one ref
 listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
 branch:NAME, commit:HASH.
@@ -69,7 +71,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runEval(cmd.Context(), cmd.OutOrStdout(), &f)
+			return runEval(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
 	}
 	fl := cmd.Flags()
@@ -100,7 +102,7 @@ func addLimitFlags(fl flagSet, l *lstar.Limits) {
 	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
 }
 
-func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
+func runEval(ctx context.Context, stdout, stderr io.Writer, f *evalFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -131,6 +133,9 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
+	}
+	for _, line := range localSources(sf, snaps, f.sources) {
+		fmt.Fprintf(stderr, "%s: eval: %s\n", programName, line)
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
 		Limits:  f.limits,
