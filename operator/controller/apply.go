@@ -117,7 +117,7 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 		}
 		if ours {
 			ch.Action, ch.ResourceVersion = ActionUnchanged, live.ResourceVersion
-			ch.Fields = ownedFields(live.ManagedFields, a.fieldManager())
+			ch.Fields = ownedFields(live, a.fieldManager())
 		} else {
 			ch.Action = ActionSkipped
 		}
@@ -198,7 +198,7 @@ func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live 
 		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.String(), err))
 	}
 	ch.ResourceVersion = obj.GetResourceVersion()
-	ch.Fields = ownedFields(obj.GetManagedFields(), a.fieldManager())
+	ch.Fields = ownedFields(obj, a.fieldManager())
 	switch {
 	case live == nil:
 		ch.Action = ActionCreated

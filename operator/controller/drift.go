@@ -21,16 +21,21 @@ import (
 // a field we applied, or removes it, takes it from our managed fields
 // entry. A status write (its own subresource entry) or a write of fields
 // we do not own leaves our entry as it was, and is not drift, although it
-// changes the object's resourceVersion. Our entry, reduced to a digest, is
-// recorded with each applied object and kept in the inventory, so that a
-// restarted operator knows what it left.
+// changes the object's resourceVersion. Writes of this operator's other
+// ManifestSyncs and targets share our field manager: they show in the
+// values of our owner label and digest annotation, which only we write.
+// Our entry and those two values, reduced to a digest, are recorded with
+// each applied object and kept in the inventory, so that a restarted
+// operator knows what it left.
 
-// ownedFields is the digest of the fields manager owns in an object by
-// server-side apply (not those of a subresource), or "" when it owns
-// none. The field sets are compared as sets, whatever their encoding.
-func ownedFields(entries []metav1.ManagedFieldsEntry, manager string) string {
-	var lines []string
-	for _, e := range entries {
+// ownedFields is the digest of the fields manager owns in obj by
+// server-side apply (not those of a subresource) and of the values of our
+// owner label and digest annotation, or "" when manager owns no field.
+// The field sets are compared as sets, whatever their encoding.
+func ownedFields(obj metav1.Object, manager string) string {
+	lines := []string{"owner " + obj.GetLabels()[OwnerLabel] + "\n", "digest " + obj.GetAnnotations()[DigestAnnotation] + "\n"}
+	owns := false
+	for _, e := range obj.GetManagedFields() {
 		if !ownEntry(e, manager) || e.FieldsV1 == nil {
 			continue
 		}
@@ -42,8 +47,9 @@ func ownedFields(entries []metav1.ManagedFieldsEntry, manager string) string {
 			}
 		}
 		lines = append(lines, e.APIVersion+"\n"+string(raw)+"\n")
+		owns = true
 	}
-	if len(lines) == 0 {
+	if !owns {
 		return ""
 	}
 	slices.Sort(lines)
@@ -108,7 +114,7 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 	case err == nil && meta.ResourceVersion == o.resourceVersion:
 		return liveObject{resourceVersion: o.resourceVersion, fields: o.fields}, nil
 	case err == nil:
-		now := liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta.ManagedFields, manager)}
+		now := liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}
 		if !o.isDrift(now) {
 			return now, nil
 		}
@@ -121,5 +127,5 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 		}
 		return liveObject{}, fmt.Errorf("reading %s: %w", o.item.id.String(), err)
 	}
-	return liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta.ManagedFields, manager)}, nil
+	return liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}, nil
 }

@@ -36,6 +36,17 @@ func driftCounts(ms *v1alpha1.ManifestSync) map[string]float64 {
 	return out
 }
 
+// ownedEntry is an inventory entry of an object we own without its digest
+// of owned fields, which differs from object to object: an entry without
+// one is returned as "missing fields", which matches no object's.
+func ownedEntry(e v1alpha1.InventoryEntry) v1alpha1.InventoryEntry {
+	if e.Fields == "" {
+		e.ID += " (missing fields)"
+	}
+	e.Fields = ""
+	return e
+}
+
 // Drift Report says that an object was changed, in the target's row, the
 // inventory, an event and the metric; Ignore looks for no drift and says
 // nothing. Neither corrects it.

@@ -74,7 +74,7 @@ func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem
 	if meta.Labels[OwnerLabel] != a.owner || meta.Annotations[DigestAnnotation] != digest {
 		return o, false
 	}
-	fields := ownedFields(meta.ManagedFields, a.fieldManager())
+	fields := ownedFields(meta, a.fieldManager())
 	switch {
 	case fields == it.fields:
 		o.resourceVersion = meta.ResourceVersion
