@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -233,5 +234,49 @@ func TestDriftIsAChangeOfOwnedFields(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if counts := driftCounts(ms); counts[driftCorrected] != 1 {
 		t.Errorf("drift metric %v, want 1 corrected: a write war?", counts)
+	}
+}
+
+// The digest of our owned fields changes with our apply entry's field
+// set, our owner label and our digest annotation, and with nothing else:
+// not another manager's entry, not our entry of a subresource, not the
+// order the API server encodes the set in.
+func TestOwnedFields(t *testing.T) {
+	entry := func(manager string, op metav1.ManagedFieldsOperationType, sub, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Subresource: sub, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	object := func(owner string, entries ...metav1.ManagedFieldsEntry) *metav1.ObjectMeta {
+		return &metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: owner}, Annotations: map[string]string{DigestAnnotation: "sha256:1"}, ManagedFields: entries}
+	}
+	apply, update := metav1.ManagedFieldsOperationApply, metav1.ManagedFieldsOperationUpdate
+	ours := entry(FieldManager, apply, "", `{"f:data":{"f:a":{},"f:b":{}}}`)
+	base := ownedFields(object("p.ms", ours), FieldManager)
+	if base == "" {
+		t.Fatal("no digest of an object we own fields of")
+	}
+	same := map[string]*metav1.ObjectMeta{
+		"another manager's entry": object("p.ms", ours, entry("kubectl", update, "", `{"f:data":{"f:c":{}}}`)),
+		"our status entry":        object("p.ms", ours, entry(FieldManager, apply, "status", `{"f:status":{}}`)),
+		"another encoding":        object("p.ms", entry(FieldManager, apply, "", `{"f:data":{"f:b":{},"f:a":{}}}`)),
+	}
+	for what, obj := range same {
+		if got := ownedFields(obj, FieldManager); got != base {
+			t.Errorf("%s changed the digest", what)
+		}
+	}
+	digest := object("p.ms", ours)
+	digest.Annotations[DigestAnnotation] = "sha256:2"
+	changed := map[string]*metav1.ObjectMeta{
+		"a field we lost":        object("p.ms", entry(FieldManager, apply, "", `{"f:data":{"f:a":{}}}`)),
+		"another owner":          object("p.other", ours),
+		"another desired digest": digest,
+	}
+	for what, obj := range changed {
+		if got := ownedFields(obj, FieldManager); got == base {
+			t.Errorf("%s left the digest as it was", what)
+		}
+	}
+	if got := ownedFields(object("p.ms", entry("kubectl", update, "", `{"f:data":{}}`)), FieldManager); got != "" {
+		t.Errorf("digest %q of an object we own no field of", got)
 	}
 }
