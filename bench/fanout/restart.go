@@ -51,7 +51,7 @@ func (f *Fixture) Restart(ctx context.Context, rounds int) ([]harness.Row, []str
 			}
 		}
 	}
-	w := harness.Absolute(restartName, "writes after an operator restart over the 1,000 synced copies", "", writes, "= 0",
+	w := harness.Absolute(restartName, fmt.Sprintf("writes after an operator restart over %d synced copies", Targets), "", writes, "= 0",
 		func(v float64) bool { return v == 0 })
 	if !w.Pass {
 		w.Note = "writes in the last round: " + detail
@@ -59,8 +59,8 @@ func (f *Fixture) Restart(ctx context.Context, rounds int) ([]harness.Row, []str
 	r := harness.Absolute(restartName, "time to Ready after the restart (process start to its first sync's end)", "ms", ready, "reported",
 		func(float64) bool { return true })
 	r.Reported = true
-	notes := []string{"W2 restart: the operator is stopped (SIGTERM) and started again over the 1,000 unchanged copies; writes are apiserver_request_total deltas " +
-		"from before the stop to 2 s after the new operator's first sync (its watches' first events reconcile again), less the API server's housekeeping."}
+	notes := []string{fmt.Sprintf("W2 restart: the operator is stopped (SIGTERM) and started again over the %d unchanged copies; writes are apiserver_request_total deltas "+
+		"from before the stop to 2 s after the new operator's first sync (its watches' first events reconcile again), less the API server's housekeeping.", Targets)}
 	return []harness.Row{w, r}, notes, nil
 }
 
