@@ -199,15 +199,6 @@ func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, wan
 		rep.Notes = append(rep.Notes, notes...)
 	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("W1/W2: the operator's peak RSS over the run: %.0f MiB.", f.OperatorRSS()))
-	if want["W2"] {
-		step("W2 restart")
-		rows, notes, err := f.Restart(ctx, rounds)
-		if err != nil {
-			return err
-		}
-		rep.Rows = append(rep.Rows, rows...)
-		rep.Notes = append(rep.Notes, notes...)
-	}
 	return nil
 }
 
