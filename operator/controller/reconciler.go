@@ -61,7 +61,8 @@ type Options struct {
 	DeletionTimeout time.Duration
 	// RequireServiceAccount fails every ManifestSync without
 	// spec.serviceAccountName, so that no tenant writes with the
-	// operator's own permissions (see tenancy.go).
+	// operator's own permissions (see tenancy.go), and refuses
+	// dependencies on ManifestSyncs of other namespaces (see depends.go).
 	RequireServiceAccount bool
 	// WriteWarLimit and WriteWarWindow bound how often one object is
 	// rewritten to the same desired state: one write more than
@@ -69,6 +70,11 @@ type Options struct {
 	// reported as a Conflict (see writewar.go); default 5 and 1m.
 	WriteWarLimit  int
 	WriteWarWindow time.Duration
+	// ShutdownGrace is how long a reconcile in flight when the operator
+	// is asked to stop may go on, so that it finishes its applies and
+	// records them in status instead of leaving a target half-applied;
+	// default 20s. The manager's graceful shutdown timeout must be longer.
+	ShutdownGrace time.Duration
 	// APIServer, when set, holds the list and watch calls of the caches
 	// the reconciler makes while the API server does not answer, so that
 	// they resume at once when it does (see APIServerProbe); the manager's
@@ -90,6 +96,10 @@ func (o Options) deletionTimeout() time.Duration {
 
 func (o Options) writeGuard() *writeGuard {
 	return newWriteGuard(orDefault(o.WriteWarLimit, 5), orDefault(o.WriteWarWindow, time.Minute))
+}
+
+func (o Options) shutdownGrace() time.Duration {
+	return orDefault(o.ShutdownGrace, 20*time.Second)
 }
 
 func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
@@ -141,6 +151,8 @@ type Reconciler struct {
 // Reconcile is the controller's entry point: finalize a deleted
 // ManifestSync, or sync it.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx, cancel := finishInFlight(ctx, r.Options.shutdownGrace())
+	defer cancel()
 	st := r.states.get(req.NamespacedName)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -174,13 +186,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.sync(ctx, ms, st)
 }
 
-// sync is one pass: sources -> evaluate -> apply -> prune -> status.
+// finishInFlight is ctx, except that when ctx is cancelled (the manager
+// stops: SIGTERM) the returned context lives on for grace more, so that a
+// reconcile in flight finishes its applies and writes its status rather
+// than stopping between two objects of a target. The manager waits for
+// reconciles in flight before it returns.
+func finishInFlight(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		timer := time.AfterFunc(grace, func() {
+			cancel(fmt.Errorf("shutting down: the reconcile did not finish within the shutdown grace of %s", grace))
+		})
+		context.AfterFunc(out, func() { timer.Stop() })
+	})
+	return out, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// sync is one pass: dependencies -> sources -> evaluate -> apply -> prune
+// -> status.
 func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (ctrl.Result, error) {
 	orig := ms.DeepCopy()
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
+	}
+	blocked, err := r.checkDependencies(ctx, ms)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if blocked != nil {
+		return r.waitForDependencies(ctx, st, orig, ms, blocked)
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
@@ -231,11 +270,15 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
 	st.transientFailures = 0
-	interval := defaultInterval
+	return ctrl.Result{RequeueAfter: syncInterval(ms)}, nil
+}
+
+// syncInterval is how long after a sync the next one runs: spec.interval.
+func syncInterval(ms *v1alpha1.ManifestSync) time.Duration {
 	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
-		interval = ms.Spec.Interval.Duration
+		return ms.Spec.Interval.Duration
 	}
-	return ctrl.Result{RequeueAfter: interval}, nil
+	return defaultInterval
 }
 
 // retrySoon schedules the retry of a sync that failed for a cause that
