@@ -7,6 +7,18 @@
 // (`make envtest`); when they are missing the tests fail, except under
 // -short, where every test that needs the environment is skipped.
 //
+// Workloads do not roll out in that environment: it runs no controllers,
+// no scheduler and no nodes. A package whose tests need Deployments,
+// StatefulSets, DaemonSets and Jobs to become available or complete opts in
+// with the WithWorkloads setup,
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env, testenv.WithWorkloads())) }
+//
+// which also runs kube-scheduler, kube-controller-manager and kwok (fake
+// Nodes, Env.Nodes, whose pods kwok makes Running and Ready), all built into
+// bin/envtest by hack/envtest.sh. With it, the namespace controller runs too:
+// a deleted namespace's objects go away, as in a cluster.
+//
 // It is for tests only: nothing but _test.go files may import it (the
 // cmd/engine tests of engine diff use it too, hence not internal).
 package testenv
@@ -48,8 +60,13 @@ type Env struct {
 	// Client is an uncached client of Config.
 	Client client.Client
 
-	env     *envtest.Environment
-	certDir string // the API server's, kept across restarts
+	// Nodes are the fake Nodes of WithWorkloads (nil without it).
+	Nodes []string
+
+	env       *envtest.Environment
+	certDir   string     // the API server's, kept across restarts
+	workloads *workloads // WithWorkloads' programs, or nil
+	failed    bool       // the tests failed: teardowns keep their logs
 }
 
 // Setup runs once the environment is up, before the tests, and returns
@@ -92,7 +109,14 @@ func runWith(m *testing.M, e *Env, setups []Setup) int {
 			defer teardown()
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	if code != 0 {
+		e.failed = true
+		if e.workloads != nil {
+			e.workloads.printLogs()
+		}
+	}
+	return code
 }
 
 // Second is a Setup that starts another environment into *e: a remote
@@ -123,7 +147,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	assets, err := assetsDir(root)
+	assets, err := assetsDir(root, "etcd", "kube-apiserver")
 	if err != nil {
 		return nil, err
 	}
@@ -261,8 +285,9 @@ func (e *Env) Kubeconfig(user string) ([]byte, error) {
 }
 
 // Namespace creates a namespace with a random name for one test. It is
-// deleted when the test ends; envtest runs no namespace controller, so the
-// objects in it stay (tests must not rely on them going away).
+// deleted when the test ends; envtest runs no namespace controller (unless
+// WithWorkloads), so the objects in it stay (tests must not rely on them
+// going away).
 func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8), Labels: labels}}
@@ -274,13 +299,13 @@ func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 }
 
 // assetsDir is $KUBEBUILDER_ASSETS, or bin/envtest in the repository; it
-// must hold etcd and kube-apiserver.
-func assetsDir(root string) (string, error) {
+// must hold the files named.
+func assetsDir(root string, names ...string) (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
 		dir = filepath.Join(root, "bin", "envtest")
 	}
-	for _, name := range []string{"etcd", "kube-apiserver"} {
+	for _, name := range names {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			return "", fmt.Errorf("no %s in %s: run make envtest (or set KUBEBUILDER_ASSETS)", name, dir)
 		}

@@ -83,7 +83,7 @@ func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace
 
 func TestMissingAssetsSayWhatToRun(t *testing.T) {
 	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
-	_, err := assetsDir("/nonexistent")
+	_, err := assetsDir("/nonexistent", "etcd", "kube-apiserver")
 	if err == nil || !strings.Contains(err.Error(), "run make envtest") {
 		t.Fatalf("got %v, want an error saying to run make envtest", err)
 	}
