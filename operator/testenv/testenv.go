@@ -65,7 +65,7 @@ type Env struct {
 
 	env       *envtest.Environment
 	certDir   string     // the API server's, kept across restarts
-	workloads *workloads // WithWorkloads' programs, or nil
+	workloads *Workloads // WithWorkloads' programs, or nil
 	failed    bool       // the tests failed: teardowns keep their logs
 }
 
@@ -113,7 +113,7 @@ func runWith(m *testing.M, e *Env, setups []Setup) int {
 	if code != 0 {
 		e.failed = true
 		if e.workloads != nil {
-			e.workloads.printLogs()
+			e.workloads.PrintLogs(os.Stderr)
 		}
 	}
 	return code

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,13 +44,18 @@ var workloadControllers = []string{
 	"namespace-controller",
 }
 
-// workloads are the processes WithWorkloads started, with their logs.
-type workloads struct {
-	dir   string // kubeconfig and logs
+// Workloads is a running workload test bed: the programs StartWorkloads
+// started and the fake Nodes it registered.
+type Workloads struct {
+	// Nodes are the names of the fake Nodes, sorted.
+	Nodes []string
+	// Dir holds the programs' kubeconfig and logs (NAME.log).
+	Dir string
+
 	procs []*process
 }
 
-// process is a program WithWorkloads runs, logging into a file.
+// process is a program of the test bed, logging into a file.
 type process struct {
 	name string
 	cmd  *exec.Cmd
@@ -58,42 +64,63 @@ type process struct {
 	err  error
 }
 
-// WithWorkloads is a Setup that makes workloads roll out as in a cluster:
-// it starts kube-scheduler, kube-controller-manager (the controllers of
-// Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs and CronJobs, the
-// garbage collectors and the namespace controller; a few workers each) and
-// kwok, and registers two fake Nodes (Env.Nodes, labelled NodeLabel=true)
-// that kwok keeps Ready. kwok runs the pods scheduled on them with its
-// default stages: a pod becomes Running and Ready at once, a Job's pod
-// completes, a deleted pod goes. All talk only to the API server on
-// 127.0.0.1 and serve nothing; their logs go to files under a temporary
-// directory, printed (their last lines) when the tests fail, and they are
-// stopped, by pid, after the tests.
+// WithWorkloads is a Setup that makes workloads roll out as in a cluster,
+// with StartWorkloads; Env.Nodes are its fake Nodes. Its logs go to a
+// temporary directory, whose name and the last lines of each log are
+// printed when the tests fail (and which is removed when they pass).
 //
 // It costs CPU (the controller manager watches much of the cluster), so a
 // test package opts in: Run(m, &env, WithWorkloads()).
 func WithWorkloads() Setup {
 	return func(e *Env) (func(), error) {
-		w := &workloads{}
-		if err := w.start(e); err != nil {
-			w.printLogs()
-			w.stop()
-			_ = os.RemoveAll(w.dir)
+		dir, err := os.MkdirTemp("", "testenv-workloads-")
+		if err != nil {
 			return nil, err
 		}
-		e.workloads = w
+		kubeconfig, err := e.Kubeconfig("testenv-workloads")
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("making the kubeconfig of the workload test bed: %w", err)
+		}
+		w, err := StartWorkloads(kubeconfig, e.Client, dir)
+		if err != nil {
+			return nil, err
+		}
+		e.workloads, e.Nodes = w, w.Nodes
 		return func() {
-			w.stop()
+			w.Stop()
 			if e.failed {
-				fmt.Fprintf(os.Stderr, "testenv: the workload test bed's logs are in %s\n", w.dir)
+				fmt.Fprintf(os.Stderr, "testenv: the workload test bed's logs are in %s\n", dir)
 				return
 			}
-			_ = os.RemoveAll(w.dir)
+			_ = os.RemoveAll(dir)
 		}, nil
 	}
 }
 
-func (w *workloads) start(e *Env) error {
+// StartWorkloads starts, against the API server that kubeconfig (an
+// administrator's) reaches and c is a client of, what makes workloads roll
+// out as in a cluster: kube-scheduler, kube-controller-manager (the
+// controllers of Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs
+// and CronJobs, the garbage collectors and the namespace controller; a few
+// workers each) and kwok, from the assets directory (bin/envtest). It
+// registers two fake Nodes (labelled NodeLabel=true) that kwok keeps Ready;
+// kwok runs the pods scheduled on them with its default stages: a pod
+// becomes Running and Ready at once, a Job's pod completes, a deleted pod
+// goes. The programs serve nothing; their kubeconfig and logs go to dir.
+// When it fails, it prints the last lines of each log to stderr and stops
+// what it started; otherwise Stop stops it.
+func StartWorkloads(kubeconfig []byte, c client.Client, dir string) (*Workloads, error) {
+	w := &Workloads{Dir: dir}
+	if err := w.start(kubeconfig, c); err != nil {
+		w.PrintLogs(os.Stderr)
+		w.Stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Workloads) start(raw []byte, c client.Client) error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
@@ -102,14 +129,10 @@ func (w *workloads) start(e *Env) error {
 	if err != nil {
 		return err
 	}
-	if w.dir, err = os.MkdirTemp("", "testenv-workloads-"); err != nil {
+	if err := os.MkdirAll(w.Dir, 0o755); err != nil {
 		return err
 	}
-	raw, err := e.Kubeconfig("testenv-workloads")
-	if err != nil {
-		return fmt.Errorf("making the kubeconfig of the workload controllers: %w", err)
-	}
-	kubeconfig := filepath.Join(w.dir, "kubeconfig")
+	kubeconfig := filepath.Join(w.Dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
 		return err
 	}
@@ -147,17 +170,13 @@ func (w *workloads) start(e *Env) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nodes, err := w.registerNodes(ctx, e.Client)
-	if err != nil {
-		return err
-	}
-	e.Nodes = nodes
-	return nil
+	w.Nodes, err = w.registerNodes(ctx, c)
+	return err
 }
 
 // run starts a program with its output into <dir>/<name>.log.
-func (w *workloads) run(name, path string, args []string) (*process, error) {
-	p := &process{name: name, log: filepath.Join(w.dir, name+".log"), done: make(chan struct{})}
+func (w *Workloads) run(name, path string, args []string) (*process, error) {
+	p := &process{name: name, log: filepath.Join(w.Dir, name+".log"), done: make(chan struct{})}
 	out, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
@@ -184,7 +203,7 @@ func (w *workloads) run(name, path string, args []string) (*process, error) {
 // taints a new Node not-ready; once it is Ready, registerNodes removes the
 // taint, as the node lifecycle controller (which the test bed does not run:
 // kwok keeps no heartbeats) would.
-func (w *workloads) registerNodes(ctx context.Context, c client.Client) ([]string, error) {
+func (w *Workloads) registerNodes(ctx context.Context, c client.Client) ([]string, error) {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("32"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
@@ -247,7 +266,7 @@ func nodeReady(node *corev1.Node) bool {
 }
 
 // exited says which program has exited, if one has.
-func (w *workloads) exited() error {
+func (w *Workloads) exited() error {
 	for _, p := range w.procs {
 		select {
 		case <-p.done:
@@ -258,8 +277,8 @@ func (w *workloads) exited() error {
 	return nil
 }
 
-// stop stops each program by its pid: SIGTERM, then SIGKILL after 10s.
-func (w *workloads) stop() {
+// Stop stops each program by its pid: SIGTERM, then SIGKILL after 10s.
+func (w *Workloads) Stop() {
 	for _, p := range w.procs {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -276,8 +295,8 @@ func (w *workloads) stop() {
 // logTail is how many lines of each log printLogs prints.
 const logTail = 60
 
-// printLogs prints the last lines of each program's log to stderr.
-func (w *workloads) printLogs() {
+// PrintLogs prints the last lines of each program's log.
+func (w *Workloads) PrintLogs(out io.Writer) {
 	for _, p := range w.procs {
 		raw, err := os.ReadFile(p.log)
 		if err != nil {
@@ -293,6 +312,6 @@ func (w *workloads) printLogs() {
 			state = fmt.Sprintf("exited: %v", p.err)
 		default:
 		}
-		fmt.Fprintf(os.Stderr, "testenv: --- the last %d lines of %s (%s; %s)\n%s\n", len(lines), p.name, state, p.log, bytes.Join(lines, []byte("\n")))
+		fmt.Fprintf(out, "testenv: --- the last %d lines of %s (%s; %s)\n%s\n", len(lines), p.name, state, p.log, bytes.Join(lines, []byte("\n")))
 	}
 }
