@@ -16,11 +16,15 @@
 //
 // which also runs kube-scheduler, kube-controller-manager and kwok (fake
 // Nodes, Env.Nodes, whose pods kwok makes Running and Ready), all built into
-// bin/envtest by hack/envtest.sh. With it, the namespace controller runs too:
-// a deleted namespace's objects go away, as in a cluster.
+// bin/envtest by hack/envtest.sh, bound to 127.0.0.1, logging to files
+// whose last lines are printed when the package fails, and stopped after
+// it. With it, the namespace controller runs too: a deleted namespace's
+// objects go away, as in a cluster. StartWorkloads starts the same beside
+// any API server (the demo and the benchmarks use it).
 //
-// It is for tests only: nothing but _test.go files may import it (the
-// cmd/engine tests of engine diff use it too, hence not internal).
+// It is for tests, the demo and the benchmarks: the engine and the operator
+// never import it (the cmd/engine tests of engine diff use it too, hence
+// not internal).
 package testenv
 
 import (
