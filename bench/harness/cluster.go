@@ -49,6 +49,7 @@ func StartCluster(dir string) (*Cluster, error) {
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: time.Minute,
 	}
+	testenv.ConfigureAPIServer(env)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting a control plane with the assets in %s (make envtest): %w", assets, err)

@@ -147,6 +147,7 @@ func startControlPlane(root, work string) (*envtest.Environment, string, error) 
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: time.Minute,
 	}
+	testenv.ConfigureAPIServer(cp)
 	if _, err := cp.Start(); err != nil {
 		return nil, "", fmt.Errorf("starting the control plane with the assets in %s (make envtest): %w", assets, err)
 	}
