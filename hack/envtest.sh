@@ -4,11 +4,12 @@
 # etcd-server package and Go modules from the module proxy:
 #   - etcd: /usr/bin/etcd from etcd-server (installed with apt-get when absent);
 #   - kube-apiserver, kube-controller-manager, kube-scheduler: built from the
-#     k8s.io/kubernetes module in hack/tools/kube-apiserver (cold, all three:
-#     about 15 minutes on 2 cores; the Go build cache makes later builds take
-#     a minute or two);
+#     k8s.io/kubernetes module in hack/tools/kube-apiserver (cold on 2 idle
+#     cores: kube-apiserver about 7 minutes, then the other two, which share
+#     most of its packages, about 3 more; with a warm Go build cache, a
+#     rebuild of all three takes under 2 minutes);
 #   - kwok and kwok.yaml (its default stages): built from sigs.k8s.io/kwok in
-#     hack/tools/kwok (about a minute).
+#     hack/tools/kwok (cold: about 3 minutes).
 # Each program is rebuilt only when the sources it is built from change:
 # beside it, NAME.stamp holds the sha256 of its tools module's go.mod, go.sum
 # and main package, and a build whose stamp differs (or is absent) runs again.
@@ -73,12 +74,12 @@ build() {
 }
 
 build kube-apiserver kube-apiserver . "cold: about 7 minutes on 2 cores"
-build kube-controller-manager kube-apiserver kube-controller-manager "cold: about 5 minutes on 2 cores"
-build kube-scheduler kube-apiserver kube-scheduler "cold: about 3 minutes on 2 cores"
+build kube-controller-manager kube-apiserver kube-controller-manager "cold: about 2 minutes more on 2 cores"
+build kube-scheduler kube-apiserver kube-scheduler "cold: about 1 minute more on 2 cores"
 
 kwok_sum=$(stamp kwok stages)
 if ! fresh kwok "$kwok_sum" || [ ! -s "$assets/kwok.yaml" ]; then
-  log "building kwok (about a minute)"
+  log "building kwok (cold: about 3 minutes on 2 cores)"
   rm -f "$assets/kwok.stamp"
   (cd "$root/hack/tools/kwok" && go build -trimpath -o "$assets/kwok" sigs.k8s.io/kwok/cmd/kwok &&
     go run ./stages >"$assets/kwok.yaml.tmp")
