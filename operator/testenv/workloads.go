@@ -141,11 +141,10 @@ func (w *Workloads) start(raw []byte, c client.Client) error {
 	starts := []struct {
 		name string
 		args []string
-		env  []string
 	}{
 		{"kube-scheduler", []string{
 			"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=1",
-		}, nil},
+		}},
 		{"kube-controller-manager", []string{
 			"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=1",
 			"--controllers=" + strings.Join(workloadControllers, ","),
@@ -155,15 +154,15 @@ func (w *Workloads) start(raw []byte, c client.Client) error {
 			"--concurrent-job-syncs=2", "--concurrent-cron-job-syncs=1",
 			"--concurrent-ttl-after-finished-syncs=1", "--concurrent-gc-syncs=2",
 			"--concurrent-namespace-syncs=2",
-		}, nil},
+		}},
 		{"kwok", []string{
 			"--kubeconfig=" + kubeconfig, "--config=" + bin("kwok.yaml"),
 			"--manage-all-nodes=false", "--manage-nodes-with-label-selector=" + NodeLabel + "=true",
 			"--cidr=10.0.0.0/16", "--node-ip=10.255.0.1", "--node-lease-duration-seconds=0",
-		}, nil},
+		}},
 	}
 	for _, s := range starts {
-		p, err := w.run(s.name, bin(s.name), s.args, s.env)
+		p, err := w.run(s.name, bin(s.name), s.args)
 		if err != nil {
 			return err
 		}
@@ -175,16 +174,14 @@ func (w *Workloads) start(raw []byte, c client.Client) error {
 	return err
 }
 
-// run starts a program, with env added to the environment and its output
-// into <dir>/<name>.log.
-func (w *Workloads) run(name, path string, args, env []string) (*process, error) {
+// run starts a program with its output into <dir>/<name>.log.
+func (w *Workloads) run(name, path string, args []string) (*process, error) {
 	p := &process{name: name, log: filepath.Join(w.Dir, name+".log"), done: make(chan struct{})}
 	out, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
 	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	// Should the test binary die without its teardown (a panic, a
 	// timeout), the programs die with it rather than linger.
