@@ -45,9 +45,12 @@ func watchEval(ctx context.Context, pool *worker.Pool, namespaces []engine.Names
 	}
 	defer fw.Close()
 	w := &watcher{fs: fw, dirs: map[string]bool{}, f: f, stdout: stdout, stderr: stderr, terminal: isTerminal(stdout)}
+	// Notes (a source read from its local copy) are said once, not at
+	// every render.
+	notes := &newLines{w: stderr, seen: map[string]bool{}}
 	for n := 1; ; n++ {
 		var out bytes.Buffer
-		run, err := evalOnce(ctx, pool, namespaces, &out, stderr, f)
+		run, err := evalOnce(ctx, pool, namespaces, &out, notes, f)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -233,4 +236,22 @@ func (w *watcher) counts(name string) bool {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newLines writes to w the lines it has not written before.
+type newLines struct {
+	w    io.Writer
+	seen map[string]bool
+}
+
+func (n *newLines) Write(p []byte) (int, error) {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(p), "\n") {
+		if l != "" && !n.seen[l] {
+			n.seen[l] = true
+			b.WriteString(l)
+		}
+	}
+	_, err := io.WriteString(n.w, b.String())
+	return len(p), err
 }

@@ -121,6 +121,11 @@ func TestEvalWatch(t *testing.T) {
 	out.expect(t, "the loaded file's edit", `^  v: "5"$`)
 
 	stopWatch(t, cmd, out, errs, os.Interrupt)
+	// The note that app is read from its local copy is said once, not at
+	// every render.
+	if n := strings.Count(strings.Join(errs.seen, "\n"), "read from the local copy"); n != 1 {
+		t.Errorf("the local copy note is said %d times, want once:\n%s", n, strings.Join(errs.seen, "\n"))
+	}
 }
 
 // writer returns a function that writes a file under dir.
