@@ -37,3 +37,12 @@ def fails(fn, pattern) -> str:
     message, for further checks.
     """
     pass
+
+def golden(got, path, msg=None):
+    """A snapshot test: fails unless got (a str as it is, any other value as
+    yaml.encode renders it) equals the content of the golden file at path (a
+    path in the test's tree, as for cue.validate: "testdata/dev.yaml"),
+    showing a diff of the two. Under `engine test --update` it passes and
+    (re)writes the file with got instead.
+    """
+    pass
