@@ -41,11 +41,12 @@ Without a flag, the formatted files are printed. -w rewrites the files
 that are not formatted, in place. --check prints the name of each such
 file and changes nothing (for CI).
 
-A file that does not parse is reported with its file:line:col; the other
-files are still formatted.
+A file that does not parse is reported with its file:line:col, and so is
+a file the formatter would change the meaning of (never written); the
+other files are still formatted.
 
 Exit status: 0 done (for --check: every file is formatted), 1 --check
-found files to format, 2 usage error or a file that does not parse.`,
+found files to format, 2 usage error or a file that could not be formatted.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runFmt(cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
@@ -100,7 +101,7 @@ func runFmt(stdout, stderr io.Writer, f *fmtFlags, paths []string) error {
 	}
 	switch {
 	case broken > 0:
-		return usageErr("fmt: %s did not parse", plural(broken, "file"))
+		return usageErr("fmt: %s could not be formatted", plural(broken, "file"))
 	case unformatted > 0:
 		return failed(fmt.Errorf("fmt: %s to format (engine fmt -w formats them)", plural(unformatted, "file")))
 	}

@@ -188,7 +188,8 @@ func sameStatements(name string, f *syntax.File, out []byte) error {
 // dump prints a file's syntax without positions or comments, so that two
 // layouts of one program print alike. Loads and call arguments are
 // compared as sets where buildifier sorts them (load order, named
-// arguments before *args).
+// arguments before *args), and string statements (docstrings, which
+// buildifier re-indents) are not compared.
 func dump(f *syntax.File) string {
 	var b strings.Builder
 	var walk func(n syntax.Node)
@@ -209,6 +210,13 @@ func dump(f *syntax.File) string {
 			b.WriteString(" " + n.Token.String())
 		case *syntax.DotExpr:
 			b.WriteString(" ." + n.Name.Name)
+		case *syntax.ExprStmt:
+			// A string statement, such as a docstring, does nothing:
+			// buildifier may re-indent it.
+			if lit, ok := n.X.(*syntax.Literal); ok && lit.Token == syntax.STRING {
+				b.WriteString(" docstring)")
+				return
+			}
 		case *syntax.LoadStmt:
 			fmt.Fprintf(&b, " %#v", n.Module.Value)
 			var names []string

@@ -29,6 +29,10 @@ func TestFormat(t *testing.T) {
 		in:   "load('b.star','y')\nload('a.star','x')\n# about z\nz=x+y # sum\n",
 		want: "load(\"a.star\", \"x\")\nload(\"b.star\", \"y\")\n\n# about z\nz = x + y  # sum\n",
 	}, {
+		name: "docstrings re-indented",
+		in:   "def g():\n        \"\"\"Doc\n        more\n        \"\"\"\n        pass\n",
+		want: "def g():\n    \"\"\"Doc\n    more\n    \"\"\"\n    pass\n",
+	}, {
 		name: "no BUILD rewrites: call arguments keep their order",
 		in:   "cc_library(srcs=['b','a'], name='x')\n",
 		want: "cc_library(srcs = [\"b\", \"a\"], name = \"x\")\n",
@@ -77,6 +81,7 @@ func TestFormatSameProgram(t *testing.T) {
 		{"f(*c, b = 1)", "f(b = 1, *c)"},
 		{"load('b', 'y')\nload('a', 'x')\n", "load('a', 'x')\nload('b', 'y')\n"},
 		{"x = 'a' # c\n", "x = \"a\"\n"},
+		{"def f():\n  '''Doc\n    more'''\n", "def f():\n  '''Doc\n  more'''\n"},
 	}
 	for _, p := range same {
 		if a, b := parse(p[0]), parse(p[1]); a != b {
@@ -90,6 +95,7 @@ func TestFormatSameProgram(t *testing.T) {
 		{"x = b'a'", "x = 'a'"},
 		{"f(a = 1, b = 2)", "f(b = 2, a = 1)"},
 		{"while x:\n  pass\n", "if x:\n  pass\n"},
+		{"x = '''a\n  b'''\n", "x = '''a\nb'''\n"},
 	}
 	for _, p := range differ {
 		if parse(p[0]) == parse(p[1]) {
