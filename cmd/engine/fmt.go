@@ -35,7 +35,7 @@ func newFmtCmd() *cobra.Command {
 buildifier formats a generic Starlark file (bazelbuild/buildtools), with
 the while loops and bytes literals of the transforms' dialect kept; CUE as
 cue fmt does. Directories are walked, except those whose name starts
-with "."; a file given by name is formatted whatever its extension.
+with "."; a file given by name must be a .star or .cue file.
 
 Without a flag, the formatted files are printed. -w rewrites the files
 that are not formatted, in place. --check prints the name of each such
