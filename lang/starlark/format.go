@@ -48,7 +48,7 @@ func Format(name string, src []byte) ([]byte, error) {
 
 // The placeholders of the dialect buildtools does not parse: a while loop
 // becomes "for WHILE in COND:" and a bytes literal b"x" becomes
-// "BYTES("x")" (a raw one, rb"x", "RBYTES(r"x")"). No script may use a
+// "BYTES("x")" (a raw one, rb"x", "BYTES(r"x")"). No script may use a
 // name with the prefix.
 const (
 	placeholderPrefix = "__engine_fmt_"

@@ -29,6 +29,10 @@ func TestFormat(t *testing.T) {
 		in:   "load('b.star','y')\nload('a.star','x')\n# about z\nz=x+y # sum\n",
 		want: "load(\"a.star\", \"x\")\nload(\"b.star\", \"y\")\n\n# about z\nz = x + y  # sum\n",
 	}, {
+		name: "operators and comprehensions stay",
+		in:   ops,
+		want: ops,
+	}, {
 		name: "docstrings re-indented",
 		in:   "def g():\n        \"\"\"Doc\n        more\n        \"\"\"\n        pass\n",
 		want: "def g():\n    \"\"\"Doc\n    more\n    \"\"\"\n    pass\n",
@@ -52,6 +56,22 @@ func TestFormat(t *testing.T) {
 		})
 	}
 }
+
+// ops is formatted already: the formatter keeps every operator and form.
+const ops = `a = 1 & 2 | 3 ^ 4
+b = ~a << 2 >> 1
+c = 7 // 2
+c //= 2
+d = {k: v for k, v in [(1, 2)] if k}
+e = [x for x in range(3) for y in range(2)]
+f = lambda x, *args, **kw: x
+g = "%s" % a
+h = -1 if a else +2
+i = a[1:2:3]
+j = not a in [1] and a not in [2]
+k, (l, m) = 1, (2, 3)
+s = set([1])
+`
 
 func TestFormatErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
