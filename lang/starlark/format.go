@@ -136,13 +136,13 @@ func unmaskBytes(name string, out []byte) ([]byte, error) {
 		if id, ok := call.X.(*build.Ident); !ok || id.Name != bytesCall {
 			return
 		}
+		start, end := call.Span() // end is past the ")"
 		s, ok := onlyString(call)
 		if !ok {
-			bad = fmt.Errorf("%s:%d: formatter: a bytes literal did not survive formatting", name, call.Pos.Line)
+			bad = fmt.Errorf("%s:%d: formatter: a bytes literal did not survive formatting", name, start.Line)
 			return
 		}
-		start, _ := call.Span()
-		edits = append(edits, edit{start: start.Byte, end: call.End.Pos.Byte + len(")"), with: bytesLiteral(s)})
+		edits = append(edits, edit{start: start.Byte, end: end.Byte, with: bytesLiteral(s)})
 	})
 	if bad != nil {
 		return nil, bad
