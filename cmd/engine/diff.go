@@ -84,9 +84,9 @@ or NAME.yaml beside the sync file) from its own tree; --source overrides
 and git sources fetched as their spec says are the same on both sides,
 as are --namespaces and --namespace (without them a namespaceSelector
 target is rendered in one namespace made up to match it, as vet does).
-ManifestSyncs are matched by namespace/name, targets by name (and
-namespace), objects by kind, group, namespace and name; a ManifestSync on
-one side only is all added or all removed. For each target that changed,
+ManifestSyncs are matched by file and namespace/name, targets by name
+(and namespace), objects by kind, group, namespace and name; a
+ManifestSync on one side only is all added or all removed. For each target that changed,
 the objects added, removed and changed are printed as unified diffs
 (base/TARGET/Kind namespace/name against worktree/...). Secret values
 are masked as above, on both sides, as is every value of a Secret of
@@ -107,7 +107,8 @@ diff in a diff code block.
                                         "group", "change": "added"|"removed"|"changed",
                                         "diff": UNIFIED-DIFF}]}]}],
    "errors": [MESSAGE]}
-ManifestSyncs sorted by namespace/name, targets and objects by name.
+ManifestSyncs sorted by file and namespace/name, targets by name, objects
+by kind, namespace and name.
 
 Exit status with --base: 0 no change, 1 changes, 2 error (bad flags, a
 revision or path not found, unreadable input, an evaluation or a target

@@ -282,6 +282,11 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 	if err != nil {
 		return usageErr("diff: --base %s: %w", f.base, err)
 	}
+	for _, p := range paths {
+		if !(workTree{}).exists(p) && !(commitTree{c: c}).exists(p) {
+			return usageErr("diff: %s: neither in the working tree nor at %s", p, f.base)
+		}
+	}
 	pool, stop, err := newSandbox("diff", f.maxMemory, f.limits.Timeout)
 	if err != nil {
 		return err
