@@ -145,12 +145,7 @@ type syncReport struct {
 }
 
 // displayName is "namespace/name" of the ManifestSync.
-func (s *syncReport) displayName() string {
-	if s.Namespace == "" {
-		return s.Name
-	}
-	return s.Namespace + "/" + s.Name
-}
+func (s *syncReport) displayName() string { return namespacedName(s.Namespace, s.Name) }
 
 // targetReport is one target of a ManifestSync.
 type targetReport struct {
