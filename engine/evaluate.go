@@ -589,6 +589,9 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
 		}
+		if _, err := WaveOf(o); err != nil {
+			return fail(fmt.Errorf("object [%d]: %w", i, err))
+		}
 		id := v1alpha1.IDOf(o)
 		if j, dup := seen[id]; dup {
 			return fail(fmt.Errorf("objects [%d] and [%d] are both %s", j, i, describe(o)))
