@@ -213,9 +213,13 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	r.countObjects(ms, outcomes, pr)
 
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
-	reason, msg := setSyncedStatus(ms, res, outcomes, pr, now)
+	wasFailing := healthFailed(ms)
+	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, now)
 	logSync(ctx, res, outcomes, pr, reason)
 	r.syncEvents(ms, res, outcomes, pr, wasReady)
+	if healthFailed(ms) && !wasFailing {
+		r.event(ms, true, EventHealthCheckFailed, "Wait", apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy).Message)
+	}
 	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -227,7 +231,12 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if reason == v1alpha1.ReasonApplyFailed {
 		return r.retrySoon(ctx, st, fmt.Errorf("%w: %s", errTargets, msg))
 	}
-	if reason != v1alpha1.ReasonSynced {
+	switch reason {
+	case v1alpha1.ReasonSynced, v1alpha1.ReasonProgressing, v1alpha1.ReasonHealthCheckFailed:
+		// Health is not polled: the watches of the objects wake the
+		// ManifestSync when their status changes, and a timer when
+		// spec.timeout passes.
+	default:
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
 	st.transientFailures = 0
@@ -235,7 +244,17 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
 		interval = ms.Spec.Interval.Duration
 	}
+	if !verdict.recheck.IsZero() {
+		interval = min(interval, max(time.Until(verdict.recheck), time.Second))
+	}
 	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// healthFailed reports whether ms's Healthy condition says its health
+// check failed.
+func healthFailed(ms *v1alpha1.ManifestSync) bool {
+	c := apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy)
+	return c != nil && c.Reason == v1alpha1.ReasonHealthCheckFailed
 }
 
 // retrySoon schedules the retry of a sync that failed for a cause that
