@@ -59,6 +59,17 @@ func rollOut(t testing.TB, ns, name string) string {
 	return dep.ResourceVersion
 }
 
+// waitingSpec is a spec with spec.wait that applies tr to namespace ns.
+func waitingSpec(tr *v1alpha1.Transform, ns string, timeout time.Duration) v1alpha1.ManifestSyncSpec {
+	return v1alpha1.ManifestSyncSpec{
+		Transform: tr,
+		Targets:   targets(ns),
+		Wait:      true,
+		Timeout:   &metav1.Duration{Duration: timeout},
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	}
+}
+
 // targetRow is the status row of the ManifestSync's only target.
 func targetRow(t testing.TB, ms *v1alpha1.ManifestSync) v1alpha1.TargetStatus {
 	t.Helper()
@@ -73,13 +84,7 @@ func targetRow(t testing.TB, ms *v1alpha1.ManifestSync) v1alpha1.TargetStatus {
 func TestWaitReadyWhenCurrent(t *testing.T) {
 	env.Need(t)
 	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
-	ms := newSync(home, "wait", v1alpha1.ManifestSyncSpec{
-		Transform: objectsOf(deploymentDoc("api", 3, 0)),
-		Targets:   targets(ns),
-		Wait:      true,
-		Timeout:   &metav1.Duration{Duration: time.Minute},
-		Interval:  &metav1.Duration{Duration: time.Hour},
-	})
+	ms := newSync(home, "wait", waitingSpec(objectsOf(deploymentDoc("api", 3, 0)), ns, time.Minute))
 	createSync(t, ms)
 	got := waitFor(t, ms, v1alpha1.ReasonProgressing)
 	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Deployment "+ns+"/api: ") {
@@ -113,13 +118,7 @@ func TestWaitReadyWhenCurrent(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	env.Need(t)
 	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
-	ms := newSync(home, "timeout", v1alpha1.ManifestSyncSpec{
-		Transform: objectsOf(deploymentDoc("stuck", 3, 0), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}\n"),
-		Targets:   targets(ns),
-		Wait:      true,
-		Timeout:   &metav1.Duration{Duration: 2 * time.Second},
-		Interval:  &metav1.Duration{Duration: time.Hour},
-	})
+	ms := newSync(home, "timeout", waitingSpec(objectsOf(deploymentDoc("stuck", 3, 0), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}\n"), ns, 2*time.Second))
 	start := time.Now()
 	createSync(t, ms)
 	got := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonHealthCheckFailed, 5*time.Second)
