@@ -96,6 +96,7 @@ func TestWaitReadyWhenCurrent(t *testing.T) {
 	if c := condition(got, v1alpha1.ConditionHealthy); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonProgressing {
 		t.Errorf("Healthy = %+v", c)
 	}
+	waitGauge(t, objectsHealth.WithLabelValues(home, "wait", "InProgress"), 1)
 	time.Sleep(500 * time.Millisecond)
 	if got := waitFor(t, ms, v1alpha1.ReasonProgressing); condition(got, v1alpha1.ConditionReady).Status != metav1.ConditionFalse {
 		t.Fatal("Ready before the Deployment is available")
@@ -111,6 +112,8 @@ func TestWaitReadyWhenCurrent(t *testing.T) {
 	if c := condition(got, v1alpha1.ConditionHealthy); c.Status != metav1.ConditionTrue {
 		t.Errorf("Healthy = %+v", c)
 	}
+	waitGauge(t, objectsHealth.WithLabelValues(home, "wait", "Current"), 1)
+	waitGauge(t, objectsHealth.WithLabelValues(home, "wait", "InProgress"), 0)
 }
 
 // A Deployment that never becomes available fails the wait when

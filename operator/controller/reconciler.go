@@ -215,6 +215,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
 	wasFailing := healthFailed(ms)
 	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, now)
+	observeHealth(ms, outcomes)
 	logSync(ctx, res, outcomes, pr, reason)
 	r.syncEvents(ms, res, outcomes, pr, wasReady)
 	if healthFailed(ms) && !wasFailing {
