@@ -414,7 +414,7 @@ func TestAlertRules(t *testing.T) {
 		"ManifestSyncNotReady": 10 * time.Minute, "ManifestSyncEvaluationFailing": time.Minute,
 		"ManifestSyncSourceFailing": 5 * time.Minute, "ManifestSyncGitFetchFailing": 5 * time.Minute,
 		"ManifestSyncDriftDetected": 0, "ManifestSyncWriteWar": 0, "ManifestSyncConflict": 10 * time.Minute,
-		"ManifestSyncObjectsUnhealthy": 15 * time.Minute,
+		"ManifestSyncObjectsUnhealthy":     15 * time.Minute,
 		"ManifestSyncAPIServerUnreachable": 2 * time.Minute, "ManifestSyncOperatorAbsent": 10 * time.Minute,
 	} {
 		r, ok := alerts[name]
