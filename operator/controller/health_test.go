@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // objectsOf is a transform that returns the YAML documents given.
@@ -269,4 +271,51 @@ func TestHealthCheckRule(t *testing.T) {
 	if got := waitFor(t, ms, v1alpha1.ReasonProgressing); targetRow(t, got).Health != v1alpha1.HealthUnknown {
 		t.Errorf("row %+v, want Unknown", targetRow(t, got))
 	}
+}
+
+// Health costs nothing in steady state: resyncs of a healthy ManifestSync
+// with spec.wait read its objects' health from the watches' cache, and
+// send nothing.
+func TestWaitSteadyStateMakesNoRequests(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "steadywait", waitingSpec(objectsOf(deploymentDoc("api", 2, 0), deploymentDoc("worker", 1, 1),
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n"), ns, time.Minute))
+	createSync(t, ms)
+	waitFor(t, ms, v1alpha1.ReasonProgressing)
+	rollOut(t, ns, "api")
+	eventually(t, timeout, func() error {
+		_, err := getDeployment(ns, "worker")
+		return err
+	})
+	rollOut(t, ns, "worker")
+	env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, 2*time.Second)
+	quiet(t)
+
+	before, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	for i := range 20 {
+		if res, err := reconciler.Reconcile(ctx, req); err != nil || res.RequeueAfter != time.Hour {
+			t.Fatalf("resync %d: %+v, %v", i, res, err)
+		}
+	}
+	after, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.Sub(before)
+	ours := map[string]bool{"deployments": true, "configmaps": true, "manifestsyncs": true, "namespaces": true, "events": true}
+	if n := d.Count(func(r testenv.Request) bool { return ours[r.Resource] }); n != 0 {
+		t.Errorf("20 resyncs made %v requests: %v", n, d)
+	}
+}
+
+func getDeployment(ns, name string) (*appsv1.Deployment, error) {
+	dep := &appsv1.Deployment{}
+	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep)
+	return dep, err
 }
