@@ -62,6 +62,7 @@ type Fixture struct {
 	kubectl  string // "" when absent
 	dir      string
 	version  int
+	opFlags  []string      // the operator's flags
 	InitSync time.Duration // the first sync of all copies
 }
 
@@ -98,7 +99,8 @@ func Setup(ctx context.Context, c *harness.Cluster, engineBin, kubectl, dir stri
 	if _, err := cs.CoreV1().Secrets(home).Create(ctx, src, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	f.op, err = harness.StartOperator(ctx, c, engineBin, dir+"/operator.log", "--target-concurrency", fmt.Sprint(Workers))
+	f.opFlags = []string{"--target-concurrency", fmt.Sprint(Workers)}
+	f.op, err = harness.StartOperator(ctx, c, engineBin, dir+"/operator.log", f.opFlags...)
 	if err != nil {
 		return nil, err
 	}

@@ -127,9 +127,19 @@ func (f *Fixture) measure(ctx context.Context, resync func(context.Context) (flo
 			bumps++
 		}
 	}
+	detail := describe(d, counted)
+	if own > 0 {
+		detail += fmt.Sprintf(", less %.0f of the harness", own)
+	}
+	return cost{requests: max(total, 0) / float64(Targets*Resyncs), writes: writes, bumps: bumps, detail: detail}, nil
+}
+
+// describe lists the requests of d that keep keeps, by class: "GET
+// endpoints 1, PATCH manifestsyncs 10".
+func describe(d harness.APIRequests, keep func(harness.APIRequest) bool) string {
 	var detail []string
 	for q, n := range d {
-		if counted(q) {
+		if keep(q) {
 			name := q.Verb + " " + q.Resource
 			if q.Subresource != "" {
 				name += "/" + q.Subresource
@@ -141,10 +151,10 @@ func (f *Fixture) measure(ctx context.Context, resync func(context.Context) (flo
 		}
 	}
 	sort.Strings(detail)
-	if own > 0 {
-		detail = append(detail, fmt.Sprintf("less %.0f of the harness", own))
+	if len(detail) == 0 {
+		return "none"
 	}
-	return cost{requests: max(total, 0) / float64(Targets*Resyncs), writes: writes, bumps: bumps, detail: strings.Join(detail, ", ")}, nil
+	return strings.Join(detail, ", ")
 }
 
 // resyncOurs asks the operator for a resync through the requested-at

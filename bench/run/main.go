@@ -198,7 +198,33 @@ func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, wan
 		rep.Rows = append(rep.Rows, rows...)
 		rep.Notes = append(rep.Notes, notes...)
 	}
+	if want["W1"] {
+		step("W1 fan-out with wait")
+		rows, err := f.W1Wait(ctx, rounds)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+	}
+	if want["W2"] {
+		step("W2 steady state with wait")
+		rows, notes, err := f.W2Wait(ctx, rounds)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("W1/W2: the operator's peak RSS over the run: %.0f MiB.", f.OperatorRSS()))
+	if want["W2"] {
+		step("W2 operator restart")
+		rows, notes, err := f.Restart(ctx, rounds)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +38,8 @@ type evalFlags struct {
 	showSecrets bool
 	// maxMemory bounds the worker the evaluation runs in (a quantity).
 	maxMemory string
+	// namespaces are the cluster's, for namespaceSelector targets.
+	namespaces namespaceFlags
 }
 
 func newEvalCmd() *cobra.Command {
@@ -56,6 +59,18 @@ user cache directory (manifestsync/git), so a second run costs one ref
 listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
 branch:NAME, commit:HASH.
 
+A target with a namespaceSelector is evaluated once per namespace it
+matches among those given with --namespaces FILE (what kubectl get
+namespaces -o yaml or -o json prints, or Namespace documents; - reads
+stdin) and --namespace NAME[,KEY=VALUE...] (repeatable); without either
+flag such a target is an error. A selector that matches none is said on
+stderr.
+
+-o json gives, beside each target's objects, its waves: the order the
+operator applies them in, by the manifestsync.dev/wave annotation
+(ascending; CRDs, then Namespaces, first inside a wave), each object as
+"Kind namespace/name". A wave that is not an integer fails its target.
+
 Secret values are masked as *** in what eval prints or writes, as in its
 errors; --show-secrets prints them (for piping into kubectl apply). Digests
 are always those of the real objects.
@@ -69,7 +84,7 @@ Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runEval(cmd.Context(), cmd.OutOrStdout(), &f)
+			return runEval(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
 	}
 	fl := cmd.Flags()
@@ -80,6 +95,7 @@ evaluation stopped at --max-memory or --timeout.`,
 	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
 	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
+	addNamespaceFlags(fl, &f.namespaces)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -100,7 +116,7 @@ func addLimitFlags(fl flagSet, l *lstar.Limits) {
 	fl.Int64Var(&l.MaxBytes, "max-bytes", d.MaxBytes, "total size of a target's objects, in bytes of JSON")
 }
 
-func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
+func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *evalFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -128,13 +144,22 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 			return usageErr("eval: --target %s: %s has no target named %q", name, f.file, name)
 		}
 	}
+	namespaces, err := f.namespaces.load(stdin)
+	if err != nil {
+		return err
+	}
+	selectors := selectorTargets(spec, f.targets)
+	if namespaces == nil && len(selectors) > 0 {
+		return failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, selectors[0], namespacesUsage))
+	}
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
-		Limits:  f.limits,
-		Targets: f.targets,
+		Limits:     f.limits,
+		Targets:    f.targets,
+		Namespaces: namespaces,
 	})
 	if err, ok := killed(f.file, err); ok {
 		return err
@@ -146,6 +171,10 @@ func runEval(ctx context.Context, stdout io.Writer, f *evalFlags) error {
 		}
 		return failed(err)
 	}
+	for _, name := range unmatchedSelectors(selectors, res) {
+		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
+	}
+	orderWaves(res)
 	if err := writeResult(stdout, res, f); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -317,6 +346,20 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 	return nil
 }
 
+// orderWaves fails each evaluated target whose objects cannot be ordered
+// in waves (a wave annotation that is not an integer), as the operator
+// would refuse to apply it.
+func orderWaves(res *engine.Result) {
+	for _, t := range res.Targets {
+		if t.Err != nil {
+			continue
+		}
+		if _, err := engine.Waves(t.Objects); err != nil {
+			t.Err = errors.New(res.Redactor.String(fmt.Sprintf("target %q: %v", t.ID(), err)))
+		}
+	}
+}
+
 // maskedResult is res with every object masked by res.Redactor for
 // showing; digests stay those of the real objects.
 func maskedResult(res *engine.Result) *engine.Result {
@@ -360,6 +403,15 @@ type jsonTarget struct {
 	Cluster   string           `json:"cluster"`
 	Digest    string           `json:"digest"`
 	Objects   []map[string]any `json:"objects"`
+	// Waves is the order the operator applies the objects in.
+	Waves []jsonWave `json:"waves"`
+}
+
+// jsonWave is one wave of a target: its number and its objects, in apply
+// order, as "Kind namespace/name".
+type jsonWave struct {
+	Wave    int      `json:"wave"`
+	Objects []string `json:"objects"`
 }
 
 type jsonResult struct {
@@ -377,6 +429,18 @@ func writeJSON(w io.Writer, res *engine.Result, targets []*engine.TargetResult) 
 		jt := jsonTarget{Name: t.Name, Namespace: t.Namespace, Cluster: t.Cluster, Digest: t.Digest, Objects: []map[string]any{}}
 		for _, o := range t.Objects {
 			jt.Objects = append(jt.Objects, o.Object)
+		}
+		waves, err := engine.Waves(t.Objects)
+		if err != nil {
+			return fmt.Errorf("target %q: %w", t.ID(), err)
+		}
+		jt.Waves = []jsonWave{}
+		for _, w := range waves {
+			jw := jsonWave{Wave: w.N, Objects: []string{}}
+			for _, o := range w.Objects {
+				jw.Objects = append(jw.Objects, v1alpha1.IDOf(o).String())
+			}
+			jt.Waves = append(jt.Waves, jw)
 		}
 		out.Targets = append(out.Targets, jt)
 	}

@@ -38,6 +38,10 @@ type operatorFlags struct {
 	webhookAddr    string
 	leaderElect    bool
 	leaderElectNS  string
+	shutdownGrace  time.Duration
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
 	concurrency    int
 	targetWorkers  int
 	qps            float32
@@ -72,6 +76,19 @@ owner label of its objects "<namespace>.<name>_ID": operators of several
 clusters writing to one shared cluster then never take over, prune or
 correct each other's objects (an object of another instance is a Conflict
 under policy Sync).
+
+With --leader-elect, one replica leads (the Lease manifestsync.dev in
+--leader-election-namespace) and reconciles; the others serve /readyz,
+metrics and the webhook receiver, and write nothing. When the leader dies
+a standby takes over within the lease duration and two retry periods (15s
+to 19.4s by default); a leader that stops (SIGTERM) releases its lease at
+once. A leader that cannot renew its lease within the renew deadline (an
+API server outage) exits rather than risk writing beside a new leader; its
+pod restarts it as a standby.
+
+On SIGTERM the syncs in flight finish their applies and status (within
+--graceful-shutdown-timeout), so that no target is left half-applied;
+then the operator exits.
 
 While the API server does not answer its /readyz, the operator logs it
 once (and once more when it answers again, with the outage's length),
@@ -111,6 +128,14 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.StringVar(&f.reconcilerOpts.InstanceID, "instance-id", "", "identity of this operator among several writing to the same clusters; part of its field manager and owner label")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fl.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease; default: the pod's")
+	fl.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second,
+		"how long standbys wait, after the leader's last renewal, before they take the lease over")
+	fl.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second,
+		"how long the leader tries to renew its lease (the API server may be unreachable) before it gives up and exits, so that it never writes beside a new leader")
+	fl.DurationVar(&f.retryPeriod, "leader-election-retry-period", time.Second,
+		"how often the leader renews its lease and standbys try to take it (each wait jittered up to 2.2x); a killed leader is replaced within the lease duration plus two of these")
+	fl.DurationVar(&f.shutdownGrace, "graceful-shutdown-timeout", 25*time.Second,
+		"how long the operator waits, once told to stop (SIGTERM), for the syncs in flight to finish their applies and status; keep it below the pod's terminationGracePeriodSeconds (30s by default)")
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
 	fl.IntVar(&f.targetWorkers, "target-concurrency", 8, "targets of one ManifestSync applied at once")
 	fl.Float32Var(&f.qps, "kube-api-qps", 0, "client-side limit of API requests per second, to each cluster; 0 (or less) sets none, leaving the API server's Priority and Fairness to protect it")
@@ -196,6 +221,13 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "manifestsync.dev",
 		LeaderElectionNamespace: f.leaderElectNS,
+		// A leader that stops gives up its lease at once, so that a
+		// standby takes over without waiting for it to expire.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		RetryPeriod:                   &f.retryPeriod,
+		GracefulShutdownTimeout:       &f.shutdownGrace,
 		// The reconciler caches ManifestSyncs and the metadata of what it
 		// watches; object bodies (Secrets above all) are read on demand
 		// and never cached cluster-wide.
@@ -214,6 +246,9 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	f.reconcilerOpts.Concurrency = f.concurrency
+	// Syncs in flight get the shutdown timeout less a margin for the
+	// manager's own stop.
+	f.reconcilerOpts.ShutdownGrace = max(f.shutdownGrace-5*time.Second, f.shutdownGrace*4/5)
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers
 	r := &controller.Reconciler{Options: f.reconcilerOpts, Sources: gitsource.New(gitCacheDir())}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

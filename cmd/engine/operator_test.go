@@ -129,12 +129,12 @@ func TestOperatorStartsDuringOutage(t *testing.T) {
 }
 
 // ownEnv starts a control plane of the test's own, which it may kill.
-func ownEnv(t *testing.T) *testenv.Env {
+func ownEnv(t *testing.T, opts ...testenv.Option) *testenv.Env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs a kube-apiserver; skipped under -short")
 	}
-	env, err := testenv.Start()
+	env, err := testenv.Start(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,15 @@ type engineOperator struct {
 
 func startEngineOperator(t *testing.T, env *testenv.Env) *engineOperator {
 	t.Helper()
-	kc, err := env.Kubeconfig("operator")
+	return startEngineOperatorAs(t, env, "operator")
+}
+
+// startEngineOperatorAs starts the operator as its own user of the API
+// server (so that the audit log tells its requests from another
+// operator's), with args added to its command line.
+func startEngineOperatorAs(t *testing.T, env *testenv.Env, user string, args ...string) *engineOperator {
+	t.Helper()
+	kc, err := env.Kubeconfig(user)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +178,7 @@ func startEngineOperator(t *testing.T, env *testenv.Env) *engineOperator {
 	op := &engineOperator{logs: &gittest.Buffer{}, metrics: testenv.FreeAddr(t), probes: testenv.FreeAddr(t)}
 	op.cmd = exec.Command(engine, "operator", "--kubeconfig", kubeconfig, "--metrics-bind-address", op.metrics,
 		"--health-probe-bind-address", op.probes, "--eval-in-process")
+	op.cmd.Args = append(op.cmd.Args, args...)
 	op.cmd.Stdout, op.cmd.Stderr = op.logs, op.logs
 	if err := op.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -178,6 +187,20 @@ func startEngineOperator(t *testing.T, env *testenv.Env) *engineOperator {
 	go func() { op.exited <- op.cmd.Wait() }()
 	t.Cleanup(func() { op.stop(t) })
 	return op
+}
+
+// kill ends the operator with SIGKILL, as the loss of its node would, and
+// waits until it is gone.
+func (op *engineOperator) kill(t *testing.T) {
+	t.Helper()
+	if op.stopped {
+		return
+	}
+	op.stopped = true
+	if err := op.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-op.exited
 }
 
 // stop ends the operator with SIGTERM, as a kubelet does, and returns its

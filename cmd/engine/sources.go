@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -19,24 +20,42 @@ import (
 // resolveSources takes the snapshot of every source the engine does not
 // build itself: an override from --source (a directory, a file or a Git
 // URL), else a local copy beside the sync file (NAME/ or NAME.yaml), else,
-// for a git source, a fetch of what the spec names.
+// for a git source, a fetch of what the spec names. An override of a source
+// the sync file does not have is a usage error.
 func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
-	spec := &sf.Sync.Spec
-	byName := map[string]*v1alpha1.Source{}
-	for i := range spec.Sources {
-		byName[spec.Sources[i].Name] = &spec.Sources[i]
+	given, err := parseSourceFlags(overrides)
+	if err != nil {
+		return nil, err
 	}
+	for name, p := range given {
+		if !slices.ContainsFunc(sf.Sync.Spec.Sources, func(s v1alpha1.Source) bool { return s.Name == name }) {
+			return nil, usageErr("--source %s=%s: %s has no source named %q", name, p, sf.Name, name)
+		}
+	}
+	return readSources(ctx, sf, given)
+}
+
+// parseSourceFlags reads --source NAME=DIR|FILE|URL[@REF] values into the
+// path or URL given for each source name.
+func parseSourceFlags(values []string) (map[string]string, error) {
 	given := map[string]string{}
-	for _, o := range overrides {
+	for _, o := range values {
 		name, p, ok := strings.Cut(o, "=")
 		if !ok || name == "" || p == "" {
 			return nil, usageErr("--source %q: want NAME=DIR, NAME=FILE or NAME=URL[@REF]", o)
 		}
-		if byName[name] == nil {
-			return nil, usageErr("--source %s: %s has no source named %q", o, sf.Name, name)
+		if _, dup := given[name]; dup {
+			return nil, usageErr("--source %s: source %q is given twice", o, name)
 		}
 		given[name] = p
 	}
+	return given, nil
+}
+
+// readSources is resolveSources with the overrides parsed, by source name;
+// those of names the sync file does not have are not read.
+func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]string) (map[string]*engine.Snapshot, error) {
+	spec := &sf.Sync.Spec
 	dir := filepath.Dir(sf.Name)
 	snaps := map[string]*engine.Snapshot{}
 	for i, s := range spec.Sources {

@@ -60,7 +60,8 @@ func TestParseRef(t *testing.T) {
 }
 
 // TestEvalGit evaluates a ManifestSync whose source is fetched from a git
-// daemon on 127.0.0.1: as the spec says, and overridden by --source.
+// daemon on 127.0.0.1: as the spec says, and overridden by --source (of
+// eval and of vet).
 func TestEvalGit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a git daemon")
@@ -134,6 +135,20 @@ spec:
 	code, _, errOut = eval("--source", "nosuch="+url)
 	if code != exitUsage || !strings.Contains(errOut, `no source named "nosuch"`) {
 		t.Errorf("unknown source: exit %d, %s", code, errOut)
+	}
+
+	// vet takes --source URL@REF as eval does: the pinned commit checks,
+	// a ref the remote does not have is an error naming it.
+	vet := func(args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"vet", dir}, args...), &stdout, &stderr)
+		return code, stdout.String() + stderr.String()
+	}
+	if code, out := vet("--source", "config="+url+"@"+hash[:10]); code != 0 {
+		t.Errorf("vet pinned: exit %d, %s", code, out)
+	}
+	if code, out := vet("--source", "config="+url+"@tag:v9.9.9"); code != exitUsage || !strings.Contains(out, `sync.yaml:6: source "config"`) || !strings.Contains(out, `tag "v9.9.9"`) {
+		t.Errorf("vet missing tag: exit %d, %s", code, out)
 	}
 }
 

@@ -17,6 +17,9 @@ type vetFlags struct {
 	output    string
 	limits    lstar.Limits
 	maxMemory string
+	sources   []string
+	// namespaces are the cluster's, for namespaceSelector targets.
+	namespaces namespaceFlags
 }
 
 // vetFormats are the report formats of -o, by name.
@@ -38,11 +41,17 @@ on the command line must hold one.
 
 Each ManifestSync is validated against the ManifestSync CRD as the API
 server would (OpenAPI schema, defaults, CEL rules, unknown fields), then
-evaluated with its sources read as engine eval reads them (the directory
+evaluated with its sources read as engine eval reads them (--source
+NAME=PATH for every ManifestSync with a source NAME, else the directory
 NAME, or the file NAME.yaml, beside the ManifestSync), and every output
 object is validated against the ManifestSync's spec.schemas and against
 each --policy package (a directory of CUE files: an object of kind K is
 unified with #K and #Object where the package defines them).
+
+A target with a namespaceSelector is evaluated in each namespace it
+matches among those of --namespaces FILE and --namespace NAME[,KEY=VALUE...]
+(as engine eval takes them); without either, in one namespace made up to
+match its selector.
 
 Two targets that write one object (the same cluster, namespace, kind and
 name) are a finding at the second target's line.
@@ -66,12 +75,14 @@ Exit status: 0 no findings, 1 findings, 2 errors (bad flags, unreadable
 or malformed input, an evaluation that failed or was stopped at a limit).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runVet(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
+			return runVet(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.policies, "policy", nil, "DIR: a CUE policy package every output object must satisfy (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "text", "report format: text, json, junit or sarif")
+	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME of every ManifestSync that has one from a local directory or file, or fetch it from Git (repeatable)")
+	addNamespaceFlags(fl, &f.namespaces)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -79,7 +90,7 @@ or malformed input, an evaluation that failed or was stopped at a limit).`,
 
 // runVet checks every ManifestSync under paths, writes the report and
 // turns the outcome into the exit status.
-func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []string) error {
+func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *vetFlags, paths []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -90,6 +101,14 @@ func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []
 	if len(paths) == 0 {
 		paths = []string{"."}
 	}
+	sources, err := parseSourceFlags(f.sources)
+	if err != nil {
+		return err
+	}
+	namespaces, err := f.namespaces.load(stdin)
+	if err != nil {
+		return err
+	}
 	pool, stop, err := newSandbox("vet", f.maxMemory, f.limits.Timeout)
 	if err != nil {
 		return err
@@ -99,7 +118,7 @@ func runVet(ctx context.Context, stdout, stderr io.Writer, f *vetFlags, paths []
 	if err != nil {
 		return usageErr("vet: %w", err)
 	}
-	v := &vetter{pool: pool, policies: policies, limits: f.limits}
+	v := &vetter{pool: pool, policies: policies, limits: f.limits, sources: sources, namespaces: namespaces, stderr: stderr}
 	rep := v.run(ctx, paths)
 	if err := write(stdout, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)

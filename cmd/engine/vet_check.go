@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -204,12 +207,24 @@ type vetter struct {
 	pool     *worker.Pool // evaluates and validates
 	policies []*policy
 	limits   lstar.Limits
-	rep      *vetReport
+	// sources are the --source overrides, by source name; each applies
+	// to every ManifestSync with a source of that name.
+	sources map[string]string
+	// namespaces are the cluster's, for namespaceSelector targets; nil
+	// when none were given, and each such target is evaluated in a
+	// namespace made up to match its selector.
+	namespaces []engine.Namespace
+	stderr     io.Writer // for notes that are not findings
+	rep        *vetReport
+	// overridden are the source names of --source that some checked
+	// ManifestSync has.
+	overridden map[string]bool
 }
 
 // run checks every ManifestSync under paths.
 func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
 	v.rep = &vetReport{}
+	v.overridden = map[string]bool{}
 	files, errs := findCandidates(paths)
 	for _, err := range errs {
 		v.rep.Errors = append(v.rep.Errors, &vetError{Msg: err.Error()})
@@ -224,6 +239,13 @@ func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
 			v.rep.Syncs = append(v.rep.Syncs, v.check(ctx, d))
 		}
 	}
+	if len(v.rep.Syncs) > 0 {
+		for _, name := range slices.Sorted(maps.Keys(v.sources)) {
+			if !v.overridden[name] {
+				v.rep.Errors = append(v.rep.Errors, &vetError{Msg: fmt.Sprintf("--source %s=%s: no ManifestSync checked has a source named %q", name, v.sources[name], name)})
+			}
+		}
+	}
 	return v.rep
 }
 
@@ -236,6 +258,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		s.Namespace, _ = md["namespace"].(string)
 	}
 	s.Targets = specTargets(d)
+	v.noteOverrides(d)
 	failAt := func(line int, err error) *syncReport {
 		s.Err = &vetError{Pos: position{File: d.file, Line: line}, Msg: err.Error()}
 		v.rep.Errors = append(v.rep.Errors, s.Err)
@@ -252,32 +275,39 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return s
 	}
 
-	// Sources are read as engine eval reads them without --source (git
-	// sources without a local copy are fetched); vet has no --source, so
-	// it words a missing copy its own way.
+	// Sources are read as engine eval reads them (git sources without a
+	// local copy are fetched); vet words a missing copy its own way.
 	dir := filepath.Dir(d.file)
 	for i, src := range ms.Spec.Sources {
-		if src.Kustomize == nil && src.Git == nil && conventionalPath(dir, src.Name) == "" {
-			return failAt(d.line(fmt.Sprintf("spec.sources[%d]", i)), fmt.Errorf("source %q: no local copy: put it at %s (a directory) or %s.yaml (an object)", src.Name, filepath.Join(dir, src.Name), filepath.Join(dir, src.Name)))
+		_, overridden := v.sources[src.Name]
+		if src.Kustomize == nil && src.Git == nil && !overridden && conventionalPath(dir, src.Name) == "" {
+			return failAt(d.line(fmt.Sprintf("spec.sources[%d]", i)), fmt.Errorf("source %q: no local copy: put it at %s (a directory) or %s.yaml (an object), or give --source %s=PATH", src.Name, filepath.Join(dir, src.Name), filepath.Join(dir, src.Name), src.Name))
 		}
 	}
 	sf := &engine.SyncFile{Name: d.file, Sync: ms}
-	snaps, err := resolveSources(ctx, sf, nil)
+	snaps, err := readSources(ctx, sf, v.sources)
 	var se *sourceError
 	if errors.As(err, &se) {
 		return failAt(d.line(fmt.Sprintf("spec.sources[%d]", se.index)), err)
 	} else if err != nil {
 		return fail(err)
 	}
+	namespaces := v.namespaces
+	if namespaces == nil {
+		namespaces = offlineNamespaces(&ms.Spec)
+	}
 	res, err := v.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
 		Limits:     v.limits,
-		Namespaces: offlineNamespaces(&ms.Spec),
+		Namespaces: namespaces,
 	})
 	if err, ok := killed("ManifestSync "+s.displayName(), err); ok {
 		return fail(err)
 	}
 	if err != nil {
 		return fail(err)
+	}
+	for _, name := range unmatchedSelectors(selectorTargets(&ms.Spec, nil), res) {
+		fmt.Fprintf(v.stderr, "%s: vet: %s:%d: target %q: its namespaceSelector matches no namespace (%d given); nothing to check\n", programName, d.file, d.line(targetField(&ms.Spec, name)), name, len(namespaces))
 	}
 	s.Targets = nil
 	order := map[string]int{}
@@ -318,6 +348,21 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	}
 	s.redact(res.Redactor)
 	return s
+}
+
+// noteOverrides records which --source names the document's spec.sources
+// has, read as it is, whether or not it is evaluated.
+func (v *vetter) noteOverrides(d *syncDoc) {
+	spec, _ := d.obj["spec"].(map[string]any)
+	list, _ := spec["sources"].([]any)
+	for _, s := range list {
+		m, _ := s.(map[string]any)
+		if name, ok := m["name"].(string); ok {
+			if _, given := v.sources[name]; given {
+				v.overridden[name] = true
+			}
+		}
+	}
 }
 
 // redact masks the Secret values of the evaluation in every message of

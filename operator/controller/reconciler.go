@@ -69,6 +69,11 @@ type Options struct {
 	// reported as a Conflict (see writewar.go); default 5 and 1m.
 	WriteWarLimit  int
 	WriteWarWindow time.Duration
+	// ShutdownGrace is how long a reconcile in flight when the operator
+	// is asked to stop may go on, so that it finishes its applies and
+	// records them in status instead of leaving a target half-applied;
+	// default 20s. The manager's graceful shutdown timeout must be longer.
+	ShutdownGrace time.Duration
 	// APIServer, when set, holds the list and watch calls of the caches
 	// the reconciler makes while the API server does not answer, so that
 	// they resume at once when it does (see APIServerProbe); the manager's
@@ -90,6 +95,10 @@ func (o Options) deletionTimeout() time.Duration {
 
 func (o Options) writeGuard() *writeGuard {
 	return newWriteGuard(orDefault(o.WriteWarLimit, 5), orDefault(o.WriteWarWindow, time.Minute))
+}
+
+func (o Options) shutdownGrace() time.Duration {
+	return orDefault(o.ShutdownGrace, 20*time.Second)
 }
 
 func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
@@ -141,6 +150,8 @@ type Reconciler struct {
 // Reconcile is the controller's entry point: finalize a deleted
 // ManifestSync, or sync it.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx, cancel := finishInFlight(ctx, r.Options.shutdownGrace())
+	defer cancel()
 	st := r.states.get(req.NamespacedName)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -172,6 +183,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	return r.sync(ctx, ms, st)
+}
+
+// finishInFlight is ctx, except that when ctx is cancelled (the manager
+// stops: SIGTERM) the returned context lives on for grace more, so that a
+// reconcile in flight finishes its applies and writes its status rather
+// than stopping between two objects of a target. The manager waits for
+// reconciles in flight before it returns.
+func finishInFlight(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		timer := time.AfterFunc(grace, func() {
+			cancel(fmt.Errorf("shutting down: the reconcile did not finish within the shutdown grace of %s", grace))
+		})
+		context.AfterFunc(out, func() { timer.Stop() })
+	})
+	return out, func() {
+		stop()
+		cancel(context.Canceled)
+	}
 }
 
 // sync is one pass: sources -> evaluate -> apply -> prune -> status.

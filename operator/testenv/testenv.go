@@ -116,9 +116,39 @@ func (e *Env) Need(t testing.TB) {
 	}
 }
 
+// Option changes the control plane Start starts.
+type Option func(*envtest.Environment) error
+
+// WithAuditLog makes the API server log every write request (create,
+// update, patch, delete) with its user and time to path, one JSON event a
+// line (see ReadAudit): tests tell who wrote what, and when.
+func WithAuditLog(path string) Option {
+	return func(te *envtest.Environment) error {
+		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
+		const rules = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
+		if err := os.WriteFile(policy, []byte(rules), 0o600); err != nil {
+			return err
+		}
+		args := te.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", path)
+		args.Set("audit-log-format", "json")
+		// Events are written as they come, not in batches.
+		args.Set("audit-log-mode", "blocking")
+		return nil
+	}
+}
+
 // Start starts etcd and kube-apiserver and installs the CRDs of
 // operator/config/crd/bases.
-func Start() (*Env, error) {
+func Start(opts ...Option) (*Env, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -150,6 +180,12 @@ func Start() (*Env, error) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	te.ControlPlane.GetAPIServer().CertDir = certDir
+	for _, opt := range opts {
+		if err := opt(te); err != nil {
+			_ = os.RemoveAll(certDir)
+			return nil, err
+		}
+	}
 	cfg, err := te.Start()
 	if err != nil {
 		_ = os.RemoveAll(certDir)

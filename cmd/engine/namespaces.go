@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// namespaceFlags give the cluster's namespaces offline, for the targets
+// with a namespaceSelector: --namespaces FILE and --namespace NAME[,K=V...].
+type namespaceFlags struct {
+	files []string
+	items []string
+}
+
+const namespacesUsage = "--namespaces FILE (what kubectl get namespaces -o yaml prints) or --namespace NAME[,KEY=VALUE...]"
+
+func addNamespaceFlags(fl *pflag.FlagSet, f *namespaceFlags) {
+	fl.StringArrayVar(&f.files, "namespaces", nil, "FILE: the cluster's namespaces for namespaceSelector targets, as kubectl get namespaces -o yaml (or -o json) prints them, or Namespace documents; - reads stdin (repeatable)")
+	fl.StringArrayVar(&f.items, "namespace", nil, "NAME[,KEY=VALUE...]: a namespace of the cluster and its labels, for namespaceSelector targets (repeatable)")
+}
+
+// given reports whether any namespace was given, even an empty file.
+func (f *namespaceFlags) given() bool { return len(f.files) > 0 || len(f.items) > 0 }
+
+// load reads the namespaces the flags give: nil when no flag is given, so
+// that namespaceSelector targets stay errors; an empty list is a cluster
+// with no namespaces. A namespace named twice is an error, wherever the two
+// are. Errors are usage errors naming the file and line or the flag value.
+func (f *namespaceFlags) load(stdin io.Reader) ([]engine.Namespace, error) {
+	if !f.given() {
+		return nil, nil
+	}
+	out := []engine.Namespace{}
+	where := map[string]string{} // namespace name: where it was given
+	add := func(at string, ns engine.Namespace) error {
+		if first, ok := where[ns.Name]; ok {
+			return usageErr("%s: namespace %q is given twice (first at %s)", at, ns.Name, first)
+		}
+		where[ns.Name] = at
+		out = append(out, ns)
+		return nil
+	}
+	stdinRead := false
+	for _, name := range f.files {
+		var (
+			data []byte
+			err  error
+		)
+		display := name
+		if name == "-" {
+			if stdinRead {
+				return nil, usageErr("--namespaces -: stdin is given twice")
+			}
+			stdinRead = true
+			display = "<stdin>"
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return nil, usageErr("--namespaces %s: %w", name, err)
+		}
+		found, err := parseNamespaces(display, data)
+		if err != nil {
+			return nil, usageErr("--namespaces %w", err)
+		}
+		for _, ns := range found {
+			if err := add(ns.at, ns.Namespace); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, item := range f.items {
+		ns, err := parseNamespaceFlag(item)
+		if err != nil {
+			return nil, usageErr("--namespace %s: %w", item, err)
+		}
+		if err := add("--namespace "+item, ns); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// parseNamespaceFlag reads NAME[,KEY=VALUE...].
+func parseNamespaceFlag(item string) (engine.Namespace, error) {
+	parts := strings.Split(item, ",")
+	ns := engine.Namespace{Name: parts[0], Labels: map[string]string{}}
+	if err := checkNamespaceName(ns.Name); err != nil {
+		return ns, err
+	}
+	for _, kv := range parts[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return ns, fmt.Errorf("label %q: want KEY=VALUE", kv)
+		}
+		if _, dup := ns.Labels[k]; dup {
+			return ns, fmt.Errorf("label %q is given twice", k)
+		}
+		if err := checkLabel(k, v); err != nil {
+			return ns, err
+		}
+		ns.Labels[k] = v
+	}
+	return ns, nil
+}
+
+// placedNamespace is a namespace read from a file, with its place there.
+type placedNamespace struct {
+	engine.Namespace
+	at string // FILE:LINE
+}
+
+// parseNamespaces reads the namespaces of a file named name: YAML or JSON
+// documents, each a List or NamespaceList (what kubectl get namespaces
+// prints) or a Namespace. Errors start with name:line.
+func parseNamespaces(name string, data []byte) ([]placedNamespace, error) {
+	var out []placedNamespace
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+			continue
+		}
+		root := doc.Content[0]
+		at := func(n *yaml.Node) string { return fmt.Sprintf("%s:%d", name, n.Line) }
+		kind, err := kindOf(root, false)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(root), err)
+		}
+		var items []*yaml.Node
+		switch kind {
+		case "Namespace":
+			items = []*yaml.Node{root}
+		case "List", "NamespaceList":
+			list := mappingValue(root, "items")
+			if list == nil || list.Tag == "!!null" {
+				continue
+			}
+			if list.Kind != yaml.SequenceNode {
+				return nil, fmt.Errorf("%s: items: want a list", at(list))
+			}
+			items = list.Content
+		default:
+			return nil, fmt.Errorf("%s: a %s, want a Namespace, a NamespaceList or a List of Namespaces", at(root), kind)
+		}
+		for i, item := range items {
+			field := ""
+			if kind != "Namespace" {
+				field = fmt.Sprintf("items[%d]: ", i)
+			}
+			ns, line, err := namespaceOf(item, kind != "Namespace")
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %s%w", name, line, field, err)
+			}
+			out = append(out, placedNamespace{Namespace: ns, at: at(item)})
+		}
+	}
+}
+
+// kindOf is the kind of a Kubernetes object's node; an item of a list
+// may leave it out (those of the API server's NamespaceList do).
+func kindOf(n *yaml.Node, item bool) (string, error) {
+	if n.Kind != yaml.MappingNode {
+		return "", errors.New("not an object")
+	}
+	if v := mappingValue(n, "apiVersion"); v != nil && v.Value != "v1" {
+		return "", fmt.Errorf("apiVersion %q, want v1", v.Value)
+	}
+	k := mappingValue(n, "kind")
+	switch {
+	case k != nil && k.Kind == yaml.ScalarNode && k.Value != "":
+		return k.Value, nil
+	case item:
+		return "Namespace", nil
+	}
+	return "", errors.New("no kind")
+}
+
+// namespaceOf reads the name and labels of a Namespace's node, a
+// document of its own or an item of a list. An error comes with the line
+// it is about.
+func namespaceOf(n *yaml.Node, item bool) (engine.Namespace, int, error) {
+	var ns engine.Namespace
+	kind, err := kindOf(n, item)
+	if err != nil {
+		return ns, n.Line, err
+	}
+	if kind != "Namespace" {
+		return ns, n.Line, fmt.Errorf("a %s, want a Namespace", kind)
+	}
+	md := mappingValue(n, "metadata")
+	if md == nil || md.Kind != yaml.MappingNode {
+		return ns, n.Line, errors.New("metadata: want an object")
+	}
+	if name := mappingValue(md, "name"); name != nil {
+		if name.Kind != yaml.ScalarNode {
+			return ns, name.Line, errors.New("metadata.name: want a string")
+		}
+		ns.Name = name.Value
+	}
+	if ns.Name == "" {
+		return ns, fieldLine(n, "metadata"), errors.New("metadata.name: missing")
+	}
+	if err := checkNamespaceName(ns.Name); err != nil {
+		return ns, fieldLine(n, "metadata.name"), fmt.Errorf("metadata.name: %w", err)
+	}
+	ns.Labels = map[string]string{}
+	if labels := mappingValue(md, "labels"); labels != nil && labels.Tag != "!!null" {
+		if labels.Kind != yaml.MappingNode {
+			return ns, labels.Line, errors.New("metadata.labels: want an object")
+		}
+		for i := 0; i+1 < len(labels.Content); i += 2 {
+			k, v := labels.Content[i], labels.Content[i+1]
+			if v.Kind != yaml.ScalarNode {
+				return ns, v.Line, fmt.Errorf("metadata.labels[%s]: want a string", k.Value)
+			}
+			if err := checkLabel(k.Value, v.Value); err != nil {
+				return ns, k.Line, fmt.Errorf("metadata.labels: %w", err)
+			}
+			ns.Labels[k.Value] = v.Value
+		}
+	}
+	return ns, 0, nil
+}
+
+// checkNamespaceName refuses what the API server refuses as a namespace name.
+func checkNamespaceName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("namespace name %q: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// checkLabel refuses what the API server refuses as a label.
+func checkLabel(k, v string) error {
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+		return fmt.Errorf("label %s: value %q: %s", k, v, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// selectorTargets names the targets with a namespaceSelector among those
+// evaluated (all when only is empty).
+func selectorTargets(spec *v1alpha1.ManifestSyncSpec, only []string) []string {
+	var out []string
+	for _, t := range spec.Targets {
+		if t.NamespaceSelector != nil && (len(only) == 0 || slices.Contains(only, t.Name)) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// unmatchedSelectors names the selector targets of names that res has no
+// namespace of: their selector matched none of the namespaces given.
+func unmatchedSelectors(names []string, res *engine.Result) []string {
+	var out []string
+	for _, name := range names {
+		if !slices.ContainsFunc(res.Targets, func(t *engine.TargetResult) bool { return t.Selected && t.Name == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
