@@ -590,7 +590,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
 		}
 		if _, err := WaveOf(o); err != nil {
-			return fail(fmt.Errorf("object [%d]: %w", i, err))
+			return fail(err) // it names the object
 		}
 		id := v1alpha1.IDOf(o)
 		if j, dup := seen[id]; dup {
