@@ -102,7 +102,8 @@ with that kubeconfig's credentials, each request bounded by
 deleted ManifestSync waits at most --deletion-timeout for its objects to
 be pruned. With spec.serviceAccountName, in-cluster reads and writes
 (targets, object sources, the Secrets git sources' secretRef names)
-impersonate that account; --require-service-account makes it mandatory.
+impersonate that account; --require-service-account makes it mandatory,
+and refuses spec.dependsOn across namespaces.
 
 A ManifestSync that runs code of its user (a Starlark or CUE transform,
 CUE schemas or policies from a source, a kustomize source) is evaluated in
@@ -144,7 +145,7 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.DurationVar(&f.reconcilerOpts.DeletionTimeout, "deletion-timeout", 5*time.Minute,
 		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
 	fl.BoolVar(&f.reconcilerOpts.RequireServiceAccount, "require-service-account", false,
-		"fail every ManifestSync without spec.serviceAccountName, so that all in-cluster writes impersonate a tenant's service account")
+		"fail every ManifestSync without spec.serviceAccountName, so that all in-cluster writes impersonate a tenant's service account; refuse spec.dependsOn across namespaces")
 	fl.IntVar(&f.reconcilerOpts.WriteWarLimit, "write-war-limit", 5,
 		"how many times one object may be rewritten to the same desired state within --write-war-window; one write more is a write war, refused and reported as a Conflict")
 	fl.DurationVar(&f.reconcilerOpts.WriteWarWindow, "write-war-window", time.Minute, "the window of --write-war-limit")

@@ -56,6 +56,11 @@ match its selector.
 Two targets that write one object (the same cluster, namespace, kind and
 name) are a finding at the second target's line.
 
+A cycle of spec.dependsOn among the ManifestSyncs read (a depends on b,
+b on a, or one on itself), which the operator would never sync, is a
+finding at each one's dependsOn entry that leads around the cycle; a
+dependency on a ManifestSync vet did not read is not checked.
+
 Every finding names a file and line: the ManifestSync's for problems of
 its spec, the schema's or policy's for problems of an output object, with
 the ManifestSync's target and the object (TARGET/Kind namespace/name).

@@ -132,8 +132,9 @@ type syncReport struct {
 	Pos       position // the file and the document's first line
 	Name      string
 	Namespace string
-	// Findings are those of the spec; when there are any, the
-	// ManifestSync is not evaluated.
+	// Findings are those of the spec, then a cycle of spec.dependsOn
+	// it is on; when the spec has any, the ManifestSync is not
+	// evaluated.
 	Findings []*finding
 	// Targets are the evaluated targets, or those the spec names when the
 	// evaluation did not happen.
@@ -229,6 +230,7 @@ func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
 	for _, err := range errs {
 		v.rep.Errors = append(v.rep.Errors, &vetError{Msg: err.Error()})
 	}
+	var checked []*syncDoc // by v.rep.Syncs
 	for _, c := range files {
 		docs, err := readSyncDocs(c)
 		if err != nil {
@@ -237,8 +239,10 @@ func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
 		}
 		for _, d := range docs {
 			v.rep.Syncs = append(v.rep.Syncs, v.check(ctx, d))
+			checked = append(checked, d)
 		}
 	}
+	findCycles(v.rep.Syncs, checked)
 	if len(v.rep.Syncs) > 0 {
 		for _, name := range slices.Sorted(maps.Keys(v.sources)) {
 			if !v.overridden[name] {

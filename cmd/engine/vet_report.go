@@ -266,6 +266,7 @@ var ruleDescriptions = map[string]string{
 	crd.RuleCEL:      "The ManifestSync passes the CRD's CEL validation rules.",
 	ruleSpec:         "The ManifestSync passes the engine's checks of its spec (patches, selectors, references).",
 	ruleCollision:    "No two targets write one object (the same cluster, namespace, kind and name).",
+	ruleCycle:        "No ManifestSync depends on itself through spec.dependsOn (the operator would sync none of the cycle).",
 }
 
 func writeVetSARIF(w io.Writer, rep *vetReport) error {

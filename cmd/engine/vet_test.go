@@ -57,6 +57,7 @@ func TestVetSARIF(t *testing.T) {
 	}{
 		{path: "testdata/vet", code: exitUsage, rules: []string{"crd/cel", "#ConfigMap"}},
 		{path: "testdata/vet/clean", code: exitOK, successes: true},
+		{path: "testdata/vetcycle", code: exitFailed, rules: []string{ruleCycle}, successes: true},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			out, code := vetFixtures(t, "-o", "sarif", tc.path)

@@ -61,7 +61,8 @@ type Options struct {
 	DeletionTimeout time.Duration
 	// RequireServiceAccount fails every ManifestSync without
 	// spec.serviceAccountName, so that no tenant writes with the
-	// operator's own permissions (see tenancy.go).
+	// operator's own permissions (see tenancy.go), and refuses
+	// dependencies on ManifestSyncs of other namespaces (see depends.go).
 	RequireServiceAccount bool
 	// WriteWarLimit and WriteWarWindow bound how often one object is
 	// rewritten to the same desired state: one write more than
@@ -204,13 +205,21 @@ func finishInFlight(ctx context.Context, grace time.Duration) (context.Context, 
 	}
 }
 
-// sync is one pass: sources -> evaluate -> apply -> prune -> status.
+// sync is one pass: dependencies -> sources -> evaluate -> apply -> prune
+// -> status.
 func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (ctrl.Result, error) {
 	orig := ms.DeepCopy()
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
+	}
+	blocked, err := r.checkDependencies(ctx, ms)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if blocked != nil {
+		return r.waitForDependencies(ctx, st, orig, ms, blocked)
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
@@ -271,14 +280,19 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
 	st.transientFailures = 0
-	interval := defaultInterval
-	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
-		interval = ms.Spec.Interval.Duration
-	}
+	interval := syncInterval(ms)
 	if !verdict.recheck.IsZero() {
 		interval = min(interval, max(time.Until(verdict.recheck), time.Second))
 	}
 	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// syncInterval is how long after a sync the next one runs: spec.interval.
+func syncInterval(ms *v1alpha1.ManifestSync) time.Duration {
+	if ms.Spec.Interval != nil && ms.Spec.Interval.Duration > 0 {
+		return ms.Spec.Interval.Duration
+	}
+	return defaultInterval
 }
 
 // healthFailed reports whether ms's Healthy condition says its health

@@ -27,8 +27,9 @@ const maxMessage = 1024
 
 // setConditions sets Ready, Reconciling and Stalled from the outcome's
 // reason: Ready is True only for Synced; a failure that retrying may fix
-// (a source, an apply) is Reconciling, one that needs a change of the
-// inputs or of the cluster (evaluation, validation, conflict) is Stalled.
+// (a source, an apply) or that ends when another ManifestSync is Ready is
+// Reconciling, one that needs a change of the inputs or of the cluster
+// (evaluation, validation, conflict, a cycle of dependencies) is Stalled.
 func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	msg = truncate(msg)
 	status := func(b bool) metav1.ConditionStatus {
@@ -39,10 +40,10 @@ func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	}
 	var retrying, stalled bool
 	switch reason {
-	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonProgressing:
+	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonDependencyNotReady, v1alpha1.ReasonProgressing:
 		retrying = true
 	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired,
-		v1alpha1.ReasonEmptyOutput:
+		v1alpha1.ReasonEmptyOutput, v1alpha1.ReasonDependencyCycle:
 		stalled = true
 	}
 	for _, c := range []struct {

@@ -72,6 +72,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
+	if err := indexer.IndexField(ctx, &v1alpha1.ManifestSync{}, indexDependsOn, func(o client.Object) []string {
+		return dependsOnKeys(o.(*v1alpha1.ManifestSync))
+	}); err != nil {
+		return err
+	}
 
 	owned, err := labels.NewRequirement(OwnerLabel, selection.Exists, nil)
 	if err != nil {
@@ -97,6 +102,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		orDefault(r.Options.RetryMin, time.Second), orDefault(r.Options.RetryMax, 5*time.Minute))
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ManifestSync{}, builder.WithPredicates(specOrMetadataChanged())).
+		Watches(&v1alpha1.ManifestSync{}, handler.EnqueueRequestsFromMapFunc(r.forDependants), builder.WithPredicates(readinessChanged())).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.forNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.concurrency(), RateLimiter: rateLimiter}).
