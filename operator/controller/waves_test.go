@@ -60,6 +60,7 @@ func TestCRDAndItsResourcesInOneTarget(t *testing.T) {
 type watchLog struct {
 	mu     sync.Mutex
 	events []seenEvent
+	errs   []string // error events: the log may lack events
 }
 
 type seenEvent struct {
@@ -94,7 +95,9 @@ func watchNamespace(t testing.TB, ns string) *watchLog {
 		go func() {
 			for e := range w.ResultChan() {
 				if e.Type == watch.Error {
-					t.Errorf("watch: %+v", e.Object)
+					rec.mu.Lock()
+					rec.errs = append(rec.errs, fmt.Sprintf("%+v", e.Object))
+					rec.mu.Unlock()
 				}
 				obj, ok := e.Object.(client.Object)
 				if !ok || (e.Type != watch.Added && e.Type != watch.Deleted) {
@@ -114,10 +117,16 @@ func watchNamespace(t testing.TB, ns string) *watchLog {
 	return rec
 }
 
-// find returns the event of the object, or false.
-func (r *watchLog) find(typ watch.EventType, kind, name string) (seenEvent, bool) {
+// find returns the event of the object, or false. It fails the test when
+// a watch failed: what it did not see cannot be told from what did not
+// happen.
+func (r *watchLog) find(t testing.TB, typ watch.EventType, kind, name string) (seenEvent, bool) {
+	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.errs) > 0 {
+		t.Fatalf("watch failed: %s", r.errs)
+	}
 	for _, e := range r.events {
 		if e.typ == typ && e.kind == kind && e.name == name {
 			return e, true
@@ -148,7 +157,7 @@ func TestWaves(t *testing.T) {
 	}
 	rollOut(t, ns, "db")
 	time.Sleep(500 * time.Millisecond)
-	if _, ok := rec.find(watch.Added, "ConfigMap", "late"); ok {
+	if _, ok := rec.find(t, watch.Added, "ConfigMap", "late"); ok {
 		t.Fatal("wave 1 started while a wave-0 Deployment is not Current")
 	}
 	current := rollOut(t, ns, "cache")
@@ -159,8 +168,8 @@ func TestWaves(t *testing.T) {
 	var late, last seenEvent
 	eventually(t, time.Second, func() error {
 		var ok1, ok2 bool
-		late, ok1 = rec.find(watch.Added, "ConfigMap", "late")
-		last, ok2 = rec.find(watch.Added, "ConfigMap", "last")
+		late, ok1 = rec.find(t, watch.Added, "ConfigMap", "late")
+		last, ok2 = rec.find(t, watch.Added, "ConfigMap", "last")
 		if !ok1 || !ok2 {
 			_, err1 := getConfigMap(ns, "late")
 			_, err2 := getConfigMap(ns, "last")
@@ -186,7 +195,7 @@ func TestWaves(t *testing.T) {
 	eventually(t, time.Second, func() error {
 		order = order[:0]
 		for _, o := range []struct{ kind, name string }{{"ConfigMap", "last"}, {"ConfigMap", "late"}, {"Deployment", "db"}} {
-			e, ok := rec.find(watch.Deleted, o.kind, o.name)
+			e, ok := rec.find(t, watch.Deleted, o.kind, o.name)
 			if !ok {
 				return fmt.Errorf("%s %s was not seen deleted", o.kind, o.name)
 			}
