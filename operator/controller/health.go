@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -92,12 +93,14 @@ func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *
 		crd.SetGroupVersionKind(ch.Item.gvk())
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, establishTimeout, true, func(ctx context.Context) (bool, error) {
 			if err := c.live.Get(ctx, objectKey(ch.Item.id), crd); err != nil {
-				return false, nil //nolint:nilerr // retried until the timeout
+				// Not found yet in a cache of the API server is retried;
+				// anything else (a denied read) ends the wait.
+				return false, client.IgnoreNotFound(err)
 			}
 			return checker.Check(crd).Status == health.Current, nil
 		})
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Info("CRD not Established in time", "crd", ch.Item.id.Name, "timeout", establishTimeout.String())
+			ctrl.LoggerFrom(ctx).Info("not waiting for the CRD to be Established", "crd", ch.Item.id.Name, "timeout", establishTimeout.String(), "error", err.Error())
 		}
 	}
 	if m, ok := r.Mapper.(apimeta.ResettableRESTMapper); ok && waited && !c.remote {
