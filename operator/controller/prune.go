@@ -108,17 +108,6 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 	return res
 }
 
-// deleteObject deletes an inventory object unless it is gone, no longer
-// ours (someone took it over by removing our label), or marked with
-// PruneAnnotation; it reports whether it deleted it.
-func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (bool, error) {
-	obj, err := r.ownedObject(ctx, ms, c, it)
-	if obj == nil || err != nil {
-		return false, err
-	}
-	return deleteOwned(ctx, c, it, obj)
-}
-
 // pruneCandidate is an inventory object of ours to prune.
 type pruneCandidate struct {
 	it  inventoryItem
@@ -134,7 +123,10 @@ func (p pruneCandidate) wave() int {
 }
 
 // deleteOwned deletes obj, the live metadata of an object of ours, unless
-// it is marked with PruneAnnotation; it reports whether it deleted it.
+// it is marked with PruneAnnotation or, since it was read, was deleted or
+// replaced; it reports whether it deleted it. Objects no longer ours
+// (someone took one over by removing our label) are never read as ours
+// (see ownedObject).
 func deleteOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) (bool, error) {
 	if obj.Annotations[PruneAnnotation] == PruneDisabled {
 		return false, nil
@@ -149,13 +141,9 @@ func deleteOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.
 	return true, nil
 }
 
-// orphanObject removes our label and digest annotation from an inventory
-// object, leaving it otherwise as it is.
-func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) error {
-	obj, err := r.ownedObject(ctx, ms, c, it)
-	if obj == nil || err != nil {
-		return err
-	}
+// orphanOwned removes our label and digest annotation from obj, the live
+// metadata of an object of ours, leaving it otherwise as it is.
+func orphanOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("orphaning %s: %w", it.id.String(), err)

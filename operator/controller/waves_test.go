@@ -206,4 +206,28 @@ func TestWaves(t *testing.T) {
 	if !(order[0].rv < order[1].rv && order[1].rv < order[2].rv) {
 		t.Errorf("pruned in the order %+v, want the last wave first", order)
 	}
+
+	// Deleting the ManifestSync deletes its objects last wave first too.
+	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) {
+		ms.Spec.Transform = objectsOf(cm("early", -1), cm("then", 1), cm("finally", 2))
+	})
+	waitFor(t, ms, v1alpha1.ReasonSynced)
+	if err := env.Client.Delete(context.Background(), ms); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error { return gone(ms) })
+	eventually(t, time.Second, func() error {
+		order = order[:0]
+		for _, name := range []string{"finally", "then", "early"} {
+			e, ok := rec.find(t, watch.Deleted, "ConfigMap", name)
+			if !ok {
+				return fmt.Errorf("ConfigMap %s was not seen deleted", name)
+			}
+			order = append(order, e)
+		}
+		return nil
+	})
+	if !(order[0].rv < order[1].rv && order[1].rv < order[2].rv) {
+		t.Errorf("deleted in the order %+v, want the last wave first", order)
+	}
 }
