@@ -126,7 +126,7 @@ func TestWaitTimeout(t *testing.T) {
 	ms := newSync(home, "timeout", waitingSpec(objectsOf(deploymentDoc("stuck", 3, 0), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}\n"), ns, 2*time.Second))
 	start := time.Now()
 	createSync(t, ms)
-	got := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonHealthCheckFailed, 5*time.Second)
+	got := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonHealthCheckFailed, 3*time.Second) // at the timeout, not a resync later
 	if d := time.Since(start); d < 2*time.Second {
 		t.Errorf("HealthCheckFailed after %s, before the timeout", d)
 	}

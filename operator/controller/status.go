@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -147,7 +148,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 			synced++
 		}
 		waiting = waiting || o.waiting != nil
-		row.Health = verdict.add(o, timeout, now.Time)
+		row.Health = verdict.add(o, timeout, time.Now()) // not now, cut to the second: the timeout is checked when it passes
 		wrote = wrote || anyWrote(o.changes)
 		s.Targets = append(s.Targets, row)
 	}
