@@ -225,7 +225,7 @@ func TestHealthVerdict(t *testing.T) {
 	if h := v.add(outcome(start.Add(-30*time.Second), health.Unknown), timeout, start.Add(10*time.Second)); h != v1alpha1.HealthUnknown {
 		t.Errorf("target health %s, want Unknown", h)
 	}
-	if !v.recheck.Equal(start.Add(30*time.Second)) {
+	if !v.recheck.Equal(start.Add(30 * time.Second)) {
 		t.Errorf("recheck at %s, want the earliest deadline", v.recheck)
 	}
 	status, reason, msg := v.condition()
