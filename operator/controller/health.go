@@ -230,12 +230,8 @@ type healthVerdict struct {
 	recheck time.Time
 }
 
-func (v *healthVerdict) healthy() bool {
-	return len(v.failing) == 0 && len(v.pending) == 0 && v.unjudged == 0
-}
-
-// targetHealth is the health of one target's row, adding its objects to
-// the verdict.
+// add returns the health of one target's row, adding its objects to the
+// verdict.
 func (v *healthVerdict) add(o *targetOutcome, timeout time.Duration, now time.Time) v1alpha1.Health {
 	if o.record == nil || o.cluster == nil {
 		v.unjudged++

@@ -250,7 +250,8 @@ func TestHealthVerdict(t *testing.T) {
 	}
 
 	v = &healthVerdict{}
-	if h := v.add(outcome(start, health.Current), timeout, start.Add(time.Hour)); h != v1alpha1.HealthHealthy || !v.healthy() {
-		t.Errorf("a healthy target: %s", h)
+	h := v.add(outcome(start, health.Current), timeout, start.Add(time.Hour))
+	if status, reason, _ := v.condition(); h != v1alpha1.HealthHealthy || status != metav1.ConditionTrue || reason != string(v1alpha1.HealthHealthy) {
+		t.Errorf("a healthy target: %s, condition %s %s", h, status, reason)
 	}
 }
