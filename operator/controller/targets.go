@@ -192,6 +192,9 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		}
 	}
 	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
+	if rec != nil && rec.since.IsZero() {
+		rec.since = time.Now() // a record rebuilt after a restart: spec.timeout counts from here
+	}
 	since := time.Now()
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
 		since = rec.since
