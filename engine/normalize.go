@@ -159,10 +159,27 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 	}
 	delete(o.Object, "status")
 	if o.GetKind() == "Service" && o.GroupVersionKind().Group == "" {
-		unstructured.RemoveNestedField(o.Object, "spec", "clusterIP")
-		unstructured.RemoveNestedField(o.Object, "spec", "clusterIPs")
+		stripAllocatedIPs(o)
 	}
 	return checkNames(o)
+}
+
+// headless is the clusterIP of a Service that asks for none.
+const headless = "None"
+
+// stripAllocatedIPs removes the cluster IPs a Service exported from a
+// live cluster carries: the API server allocated them, and applying them
+// elsewhere would ask for addresses that are taken or out of range. A
+// headless Service's "None" is the user's choice, not an allocation: it
+// stays, or the Service would be created with an address.
+func stripAllocatedIPs(o *unstructured.Unstructured) {
+	if ip, _, _ := unstructured.NestedString(o.Object, "spec", "clusterIP"); ip != headless {
+		unstructured.RemoveNestedField(o.Object, "spec", "clusterIP")
+	}
+	ips, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "clusterIPs")
+	if len(ips) == 0 || slices.ContainsFunc(ips, func(ip string) bool { return ip != headless }) {
+		unstructured.RemoveNestedField(o.Object, "spec", "clusterIPs")
+	}
 }
 
 // nameRules are the kinds whose names the API server checks by another

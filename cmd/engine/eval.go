@@ -52,11 +52,13 @@ func newEvalCmd() *cobra.Command {
 Sources come from --source NAME=DIR (a directory), NAME=FILE (an object,
 or a one-file tree) or NAME=URL[@REF] (a Git repository). Without --source,
 a source NAME is read from the directory NAME, or the file NAME.yaml, beside
-sync.yaml; failing that, a git source is fetched as the spec says, with the
-credentials of its secretRef read from SECRET.yaml beside sync.yaml (a
-Secret manifest) when it has one. Fetched repositories are cached under the
-user cache directory (manifestsync/git), so a second run costs one ref
-listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
+sync.yaml (for a git source, eval then says on stderr that the copy
+replaces the revision the spec pins, and the inputs show its revision as
+local:PATH@DIGEST); failing that, a git source is fetched as the spec says,
+with the credentials of its secretRef read from SECRET.yaml beside
+sync.yaml (a Secret manifest) when it has one. Fetched repositories are
+cached under the user cache directory (manifestsync/git), so a second run
+costs one ref listing. REF is a branch, a commit hash, or tag:NAME, semver:RANGE,
 branch:NAME, commit:HASH.
 
 A target with a namespaceSelector is evaluated once per namespace it
@@ -155,6 +157,9 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
 		return err
+	}
+	for _, line := range localSources(sf, snaps, f.sources) {
+		fmt.Fprintf(stderr, "%s: eval: %s\n", programName, line)
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
 		Limits:     f.limits,

@@ -21,7 +21,10 @@ import (
 // build itself: an override from --source (a directory, a file or a Git
 // URL), else a local copy beside the sync file (NAME/ or NAME.yaml), else,
 // for a git source, a fetch of what the spec names. An override of a source
-// the sync file does not have is a usage error.
+// the sync file does not have is a usage error. A git source read from a
+// local copy has the revision local:PATH@DIGEST (PATH as given to
+// --source, or the copy's name beside the sync file), so that the inputs
+// show that it is not the revision the spec pins (see localSources).
 func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
 	given, err := parseSourceFlags(overrides)
 	if err != nil {
@@ -77,10 +80,13 @@ func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]stri
 		case overridden:
 			gdir, gname := givenTree(p)
 			snap, err = readLocalSource(s, gdir, gname)
+			localRevision(s, p, snap)
 		case s.Kustomize != nil:
 			continue // built by the engine
 		case conventionalPath(dir, s.Name) != "":
-			snap, err = readLocalSource(s, dir, filepath.Base(conventionalPath(dir, s.Name)))
+			local := filepath.Base(conventionalPath(dir, s.Name))
+			snap, err = readLocalSource(s, dir, local)
+			localRevision(s, local, snap) // named from the sync file's directory, wherever eval runs
 		case s.Git != nil:
 			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
 		default:
@@ -92,6 +98,41 @@ func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]stri
 		snaps[s.Name] = snap
 	}
 	return snaps, nil
+}
+
+// localRevision marks the snapshot of a git source read from the local
+// path p: local:P@DIGEST, where DIGEST is that of the files read.
+func localRevision(s v1alpha1.Source, p string, snap *engine.Snapshot) {
+	if s.Git != nil && snap != nil {
+		snap.Revision = localPrefix + filepath.ToSlash(p) + "@" + snap.Revision
+	}
+}
+
+// localPrefix starts the revision of a git source read locally.
+const localPrefix = "local:"
+
+// localSources lists, one line each, the git sources read from a local
+// copy found beside the sync file, which replaces the revision the spec
+// pins; a copy given with --source is the user's explicit choice and is
+// not listed.
+func localSources(sf *engine.SyncFile, snaps map[string]*engine.Snapshot, overrides []string) []string {
+	given := map[string]bool{}
+	for _, o := range overrides {
+		name, _, _ := strings.Cut(o, "=")
+		given[name] = true
+	}
+	var out []string
+	for _, s := range sf.Sync.Spec.Sources {
+		snap := snaps[s.Name]
+		if s.Git == nil || given[s.Name] || snap == nil || !strings.HasPrefix(snap.Revision, localPrefix) {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(snap.Revision, localPrefix), "@")
+		p := filepath.Join(filepath.Dir(sf.Name), name)
+		out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s at %s",
+			s.Name, p, s.Git.URL, describeRef(s.Git.Ref)))
+	}
+	return out
 }
 
 // sourceError is the failure to read spec.sources[index]; it keeps the

@@ -39,6 +39,9 @@ type Change struct {
 	Action Action
 	// ResourceVersion is the object's after the apply, when it is ours.
 	ResourceVersion string
+	// Fields is the digest of the fields we own after the apply, when it
+	// is ours (ownedFields).
+	Fields string
 	// Err says why the object failed or conflicts.
 	Err error
 	// health is the object's health as the apply returned it; nil when
@@ -120,6 +123,7 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 		}
 		if ours {
 			ch.Action, ch.ResourceVersion = ActionUnchanged, live.ResourceVersion
+			ch.Fields = ownedFields(live, a.fieldManager())
 		} else {
 			ch.Action = ActionSkipped
 		}
@@ -200,6 +204,7 @@ func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live 
 		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.String(), err))
 	}
 	ch.ResourceVersion = obj.GetResourceVersion()
+	ch.Fields = ownedFields(obj, a.fieldManager())
 	if a.health != nil && !a.dryRun {
 		res := a.health.Check(obj)
 		ch.health = &res

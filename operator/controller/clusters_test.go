@@ -155,7 +155,7 @@ func TestRemoteClusterOutage(t *testing.T) {
 	want := v1alpha1.InventoryEntry{ID: remoteNS + "_cfg__ConfigMap", Version: "v1", Target: "remote", Cluster: "remote/value"}
 	found := false
 	for _, e := range got.Status.Inventory {
-		found = found || e == want
+		found = found || ownedEntry(e) == want
 	}
 	if !found {
 		t.Errorf("status.inventory = %+v, want an entry %+v", got.Status.Inventory, want)

@@ -30,6 +30,8 @@ type inventoryItem struct {
 	// drifted is set when the object was changed by someone else and
 	// left so.
 	drifted bool
+	// fields is the digest of the fields we own in it (ownedFields).
+	fields string
 }
 
 // describe names the object in messages, with its cluster when remote:
@@ -53,7 +55,7 @@ func (it inventoryItem) gvk() schema.GroupVersionKind {
 }
 
 func (it inventoryItem) entry() v1alpha1.InventoryEntry {
-	return v1alpha1.InventoryEntry{ID: it.id.InventoryID(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing, Drifted: it.drifted}
+	return v1alpha1.InventoryEntry{ID: it.id.InventoryID(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing, Drifted: it.drifted, Fields: it.fields}
 }
 
 func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
@@ -69,7 +71,7 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 		if err != nil || e.Version == "" {
 			continue
 		}
-		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted})
+		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: e.Fields})
 	}
 	return items
 }

@@ -98,18 +98,14 @@ func TestMain(m *testing.M) {
 // it must never log.
 var operatorLogs gittest.Buffer
 
-// startOperator runs the controller manager against env, as `engine
-// operator` does (with its API server probe), with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
-func startOperator(e *testenv.Env) (func(), error) {
-	var out io.Writer = &operatorLogs
-	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
-		out = io.MultiWriter(&operatorLogs, os.Stderr)
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(out)))
+// newOperator makes a controller manager with its reconciler, as `engine
+// operator` does (with its API server probe), with short retries; the
+// reconciler's events go to recorded.
+func newOperator(ctx context.Context, e *testenv.Env) (ctrl.Manager, *Reconciler, error) {
 	skip := true
 	apiServer, err := NewAPIServerProbe(e.Config)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 e.Scheme,
@@ -119,13 +115,12 @@ func startOperator(e *testenv.Env) (func(), error) {
 		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := apiServer.SetupWithManager(mgr); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	reconciler = &Reconciler{
+	r := &Reconciler{
 		Options: Options{
 			RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
@@ -135,11 +130,30 @@ func startOperator(e *testenv.Env) (func(), error) {
 		Sources:  repos,
 		Recorder: recorded,
 	}
-	recorded.EventRecorder = mgr.GetEventRecorder(FieldManager)
-	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
+	if recorded.EventRecorder == nil {
+		recorded.EventRecorder = mgr.GetEventRecorder(FieldManager)
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return nil, nil, err
+	}
+	return mgr, r, nil
+}
+
+// startOperator runs the controller manager against env, as `engine
+// operator` does (with its API server probe), with short retries. MANIFESTSYNC_TEST_LOG=1 shows its logs.
+func startOperator(e *testenv.Env) (func(), error) {
+	var out io.Writer = &operatorLogs
+	if os.Getenv("MANIFESTSYNC_TEST_LOG") != "" {
+		out = io.MultiWriter(&operatorLogs, os.Stderr)
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(out)))
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, r, err := newOperator(ctx, e)
+	if err != nil {
 		cancel()
 		return nil, err
 	}
+	reconciler = r
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {

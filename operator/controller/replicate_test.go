@@ -52,7 +52,7 @@ func TestSecretReplicatedToNamespaces(t *testing.T) {
 			t.Errorf("status.targets[%d] = %+v", i, row)
 		}
 	}
-	if len(got.Status.Inventory) != 3 || got.Status.Inventory[0] != (v1alpha1.InventoryEntry{ID: nss[0] + "_tls__Secret", Version: "v1", Target: "t0"}) {
+	if len(got.Status.Inventory) != 3 || ownedEntry(got.Status.Inventory[0]) != (v1alpha1.InventoryEntry{ID: nss[0] + "_tls__Secret", Version: "v1", Target: "t0"}) {
 		t.Errorf("status.inventory = %+v", got.Status.Inventory)
 	}
 	if got.Status.LastAppliedRevision != got.Status.LastEvaluatedRevision || len(got.Status.History) != 1 || got.Status.LastSuccessfulSyncTime == nil {

@@ -89,6 +89,9 @@ type targetRecord struct {
 type appliedObject struct {
 	item            inventoryItem
 	resourceVersion string
+	// fields is the digest of the fields we owned after the apply
+	// (ownedFields): their change is drift.
+	fields string
 	// missing is set when the object was deleted by someone else and the
 	// drift policy left it so: it stays in the inventory.
 	missing bool

@@ -116,7 +116,7 @@ func (o *targetOutcome) owned() []inventoryItem {
 		for _, a := range o.record.objects {
 			if a.resourceVersion != "" || a.missing {
 				it := a.item
-				it.missing, it.drifted = a.missing, a.drifted
+				it.missing, it.drifted, it.fields = a.missing, a.drifted, a.fields
 				items = append(items, it)
 			}
 		}
@@ -124,7 +124,9 @@ func (o *targetOutcome) owned() []inventoryItem {
 	}
 	for _, c := range o.changes {
 		if c.ours() {
-			items = append(items, c.Item)
+			it := c.Item
+			it.fields = c.Fields
+			items = append(items, it)
 		}
 	}
 	return items
@@ -191,10 +193,13 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 	}
-	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
+	if rec == nil {
+		rec = restoreRecord(ctx, ms, c, a, revision, t) // after a restart
+	}
 	if rec != nil && rec.since.IsZero() {
 		rec.since = time.Now() // a record rebuilt after a restart: spec.timeout counts from here
 	}
+	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
 	since := time.Now()
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
 		since = rec.since
@@ -229,10 +234,10 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		// not Current) leaves alone what it applied already, unless that
 		// changed since.
 		if o, ok := applied[v1alpha1.IDOf(obj)]; ok {
-			if rv, err := currentVersion(ctx, c, o); err == nil && rv == o.resourceVersion {
+			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) {
 				item := o.item
 				item.drifted = o.drifted // still as someone left it
-				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: rv})
+				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields})
 				return nil
 			}
 		}
@@ -278,7 +283,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
 	rec := &targetRecord{revision: revision, generation: generation, digest: digest}
 	for _, c := range changes {
-		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, drifted: c.Item.drifted})
+		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, fields: c.Fields, drifted: c.Item.drifted})
 	}
 	return rec
 }
@@ -317,49 +322,58 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 }
 
 // checkDrift compares the objects applied last with the managed cache:
-// when none changed the target is steady and nothing is sent. A difference
-// is confirmed with the API server (the cache may lag behind our own
-// writes), then corrected, reported or ignored per spec.policy.drift.
+// when none changed in the fields we own (drift.go) the target is steady
+// and nothing is sent. A difference is confirmed with the API server (the
+// cache may lag behind our own writes), then corrected or reported per
+// spec.policy.drift. Drift Ignore looks for none.
 func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a *applier, t *engine.TargetResult, rec *targetRecord, out *targetOutcome) *targetOutcome {
-	var drifted []int // indexes into rec.objects
-	live := map[int]string{}
-	for i, o := range rec.objects {
-		if o.resourceVersion == "" {
-			continue
-		}
-		rv, err := currentVersion(ctx, c, o)
-		if err != nil {
-			out.err = c.targetError(t, err)
-			return out
-		}
-		if rv != o.resourceVersion {
-			drifted = append(drifted, i)
-			live[i] = rv
-		}
-	}
-	if len(drifted) == 0 {
-		out.steady = true
-		out.record = rec
+	policy := ms.Spec.Policy.Drift
+	if policy == v1alpha1.DriftIgnore {
+		out.steady, out.record = true, rec
 		return out
 	}
 	next := *rec
 	next.objects = append([]appliedObject(nil), rec.objects...)
+	var drifted []int // indexes into rec.objects
+	live := map[int]liveObject{}
+	for i, o := range rec.objects {
+		if o.resourceVersion == "" {
+			continue
+		}
+		now, err := observe(ctx, c, o, a.fieldManager())
+		if err != nil {
+			out.err = c.targetError(t, err)
+			return out
+		}
+		if o.isDrift(now) {
+			drifted = append(drifted, i)
+			live[i] = now
+		} else {
+			// Changed in fields that are not ours (its status): the
+			// same object, at a later version.
+			next.objects[i].resourceVersion, next.objects[i].fields = now.resourceVersion, now.fields
+		}
+	}
+	if len(drifted) == 0 {
+		out.steady = true
+		out.record = &next
+		return out
+	}
 	for _, i := range drifted {
 		what := "changed"
-		if live[i] == "" {
+		if live[i].resourceVersion == "" {
 			what = "deleted"
 		}
 		out.drift = append(out.drift, rec.objects[i].item.id.String()+" ("+what+")")
 	}
-	policy := ms.Spec.Policy.Drift
 	if policy != v1alpha1.DriftCorrect && policy != "" {
-		// Reported or ignored: remember the objects as they are now, so
-		// that the same drift is not found again; a deleted one stays in
-		// the inventory, missing.
+		// Reported: remember the objects as they are now, so that the
+		// same drift is not found again; a deleted one stays in the
+		// inventory, missing.
 		for _, i := range drifted {
-			next.objects[i].resourceVersion = live[i]
-			next.objects[i].missing = live[i] == ""
-			next.objects[i].drifted = live[i] != ""
+			next.objects[i].resourceVersion, next.objects[i].fields = live[i].resourceVersion, live[i].fields
+			next.objects[i].missing = live[i].resourceVersion == ""
+			next.objects[i].drifted = live[i].resourceVersion != ""
 		}
 		out.record = &next
 		return out
@@ -379,35 +393,13 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 		out.changes = append(out.changes, ch)
-		next.objects[i].resourceVersion = ch.ResourceVersion
+		next.objects[i].resourceVersion, next.objects[i].fields = ch.ResourceVersion, ch.Fields
 	}
 	out.corrected = true
 	// A retry re-applies only what is still not as recorded.
 	next.partial = !out.ok()
 	out.record = &next
 	return out
-}
-
-// currentVersion is the object's resourceVersion as the managed cache has
-// it or, when that differs from the one recorded, as the API server has
-// it; "" when the object is gone or no longer ours.
-func currentVersion(ctx context.Context, c *cluster, o appliedObject) (string, error) {
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(o.item.gvk())
-	err := c.managed.Get(ctx, objectKey(o.item.id), meta)
-	if err == nil && meta.ResourceVersion == o.resourceVersion {
-		return meta.ResourceVersion, nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("reading %s from the cache: %w", o.item.id.String(), err)
-	}
-	if err := c.live.Get(ctx, objectKey(o.item.id), meta); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", nil
-		}
-		return "", fmt.Errorf("reading %s: %w", o.item.id.String(), err)
-	}
-	return meta.ResourceVersion, nil
 }
 
 // checkNamespace fails a target whose namespace does not exist (unless

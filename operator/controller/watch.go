@@ -87,8 +87,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
 		DefaultLabelSelector: labels.NewSelector().Add(*owned),
-		DefaultTransform:     cache.TransformStripManagedFields(),
-		NewInformer:          r.Options.APIServer.NewInformer,
+		// Our own managed fields entry stays: drift is judged by it.
+		DefaultTransform: keepOwnFields(r.Options.fieldManager()),
+		NewInformer:      r.Options.APIServer.NewInformer,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the cache of managed objects: %w", err)

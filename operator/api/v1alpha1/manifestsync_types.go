@@ -574,6 +574,12 @@ type InventoryEntry struct {
 	// of the object clears it.
 	// +optional
 	Drifted bool `json:"drifted,omitempty"`
+	// Fields is a digest of the fields the operator owned in the object
+	// after its last apply (or when it found it drifted): a change of
+	// them is drift. It tells a restarted operator whether the object
+	// drifted while it was away, so that it need not apply it again.
+	// +optional
+	Fields string `json:"fields,omitempty"`
 }
 
 // HistoryEntry is one evaluated revision.

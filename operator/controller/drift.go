@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Drift is a change of the fields this operator owns, as the API server's
+// field management records it: another manager that changes the value of
+// a field we applied, or removes it, takes it from our managed fields
+// entry. A status write (its own subresource entry) or a write of fields
+// we do not own leaves our entry as it was, and is not drift, although it
+// changes the object's resourceVersion. Writes of this operator's other
+// ManifestSyncs and targets share our field manager: they show in the
+// values of our owner label and digest annotation, which only we write.
+// Our entry and those two values, reduced to a digest, are recorded with
+// each applied object and kept in the inventory, so that a restarted
+// operator knows what it left.
+
+// ownedFields is the digest of the fields manager owns in obj by
+// server-side apply (not those of a subresource) and of the values of our
+// owner label and digest annotation, or "" when manager owns no field.
+// The field sets are compared as sets, whatever their encoding.
+func ownedFields(obj metav1.Object, manager string) string {
+	lines := []string{"owner " + obj.GetLabels()[OwnerLabel] + "\n", "digest " + obj.GetAnnotations()[DigestAnnotation] + "\n"}
+	owns := false
+	for _, e := range obj.GetManagedFields() {
+		if !ownEntry(e, manager) || e.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		raw := e.FieldsV1.GetRawBytes()
+		if err := set.FromJSON(bytes.NewReader(raw)); err == nil {
+			if canon, err := set.ToJSON(); err == nil {
+				raw = canon
+			}
+		}
+		lines = append(lines, e.APIVersion+"\n"+string(raw)+"\n")
+		owns = true
+	}
+	if !owns {
+		return ""
+	}
+	slices.Sort(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "")))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ownEntry reports whether e is manager's apply of the object itself.
+func ownEntry(e metav1.ManagedFieldsEntry, manager string) bool {
+	return e.Manager == manager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
+}
+
+// keepOwnFields is the transform of the managed objects' cache: of the
+// managed fields it keeps only manager's own entry, which drift is judged
+// by, and drops the others' (most of an object's metadata).
+func keepOwnFields(manager string) toolscache.TransformFunc {
+	return func(in any) (any, error) {
+		obj, err := apimeta.Accessor(in)
+		if err != nil || obj.GetManagedFields() == nil {
+			return in, nil
+		}
+		var kept []metav1.ManagedFieldsEntry
+		for _, e := range obj.GetManagedFields() {
+			if ownEntry(e, manager) {
+				kept = append(kept, e)
+			}
+		}
+		obj.SetManagedFields(kept)
+		return in, nil
+	}
+}
+
+// liveObject is an applied object as it is now: "" for a version when it
+// is gone.
+type liveObject struct {
+	resourceVersion string
+	fields          string // ownedFields
+}
+
+// isDrift reports whether the object changed, since it was applied as o,
+// in the fields we own; a change of nothing else is not drift. A record
+// without the fields (of an older operator) takes any change for drift.
+func (o appliedObject) isDrift(now liveObject) bool {
+	switch now.resourceVersion {
+	case o.resourceVersion:
+		return false
+	case "":
+		return true
+	}
+	return o.fields == "" || now.fields != o.fields
+}
+
+// observe reads an applied object's version and owned fields from the
+// managed cache and, when the cache shows it changed in its fields (the
+// cache may lag behind our own writes, or not hold it: it left our label),
+// from the API server. A status write costs no request.
+func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(o.item.gvk())
+	err := c.managed.Get(ctx, objectKey(o.item.id), meta)
+	switch {
+	case err == nil && meta.ResourceVersion == o.resourceVersion:
+		return liveObject{resourceVersion: o.resourceVersion, fields: o.fields}, nil
+	case err == nil:
+		now := liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}
+		if !o.isDrift(now) {
+			return now, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return liveObject{}, fmt.Errorf("reading %s from the cache: %w", o.item.id.String(), err)
+	}
+	if err := c.live.Get(ctx, objectKey(o.item.id), meta); err != nil {
+		if apierrors.IsNotFound(err) {
+			return liveObject{}, nil
+		}
+		return liveObject{}, fmt.Errorf("reading %s: %w", o.item.id.String(), err)
+	}
+	return liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}, nil
+}

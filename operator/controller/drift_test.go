@@ -1,0 +1,282 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
+
+// resync reconciles ms n times, as the interval or a watch event would.
+func resync(t testing.TB, ms *v1alpha1.ManifestSync, n int) {
+	t.Helper()
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	for range n {
+		if _, err := reconciler.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// driftCounts are the drift metric's values of ms's target t0, by action.
+func driftCounts(ms *v1alpha1.ManifestSync) map[string]float64 {
+	out := map[string]float64{}
+	for _, action := range []string{driftCorrected, driftReported, driftIgnored} {
+		out[action] = testutil.ToFloat64(driftTotal.WithLabelValues(ms.Namespace, ms.Name, "t0", action))
+	}
+	return out
+}
+
+// ownedEntry is an inventory entry of an object we own without its digest
+// of owned fields, which differs from object to object: an entry without
+// one is returned as "missing fields", which matches no object's.
+func ownedEntry(e v1alpha1.InventoryEntry) v1alpha1.InventoryEntry {
+	if e.Fields == "" {
+		e.ID += " (missing fields)"
+	}
+	e.Fields = ""
+	return e
+}
+
+// Drift Report says that an object was changed, in the target's row, the
+// inventory, an event and the metric; Ignore looks for no drift and says
+// nothing. Neither corrects it.
+func TestDriftIgnoreReportsNothing(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	for _, policy := range []v1alpha1.DriftPolicy{v1alpha1.DriftReport, v1alpha1.DriftIgnore} {
+		t.Run(string(policy), func(t *testing.T) {
+			home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+			ms := newSync(home, strings.ToLower(string(policy)), v1alpha1.ManifestSyncSpec{
+				Transform: inline(namesScript),
+				Params:    params(`{"names": ["one"]}`),
+				Targets:   targets(ns),
+				Policy:    v1alpha1.Policy{Drift: policy},
+			})
+			createSync(t, ms)
+			ready(t, ms)
+			cm := mustConfigMap(t, ns, "one")
+			cm.Data["target"] = "edited"
+			if err := env.Client.Update(ctx, cm); err != nil {
+				t.Fatal(err)
+			}
+			report := policy == v1alpha1.DriftReport
+			if report {
+				waitEvent(t, ms, EventDriftDetected, "ConfigMap "+ns+"/one (changed)")
+			}
+			resync(t, ms, 3)
+			quiet(t)
+
+			got := &v1alpha1.ManifestSync{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+				t.Fatal(err)
+			}
+			if msg := got.Status.Targets[0].Message; strings.Contains(msg, "drifted") != report {
+				t.Errorf("target message %q under drift %s", msg, policy)
+			}
+			if inv := got.Status.Inventory; len(inv) != 1 || inv[0].Drifted != report || inv[0].Missing {
+				t.Errorf("inventory %+v under drift %s", inv, policy)
+			}
+			if c := condition(got, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonSynced {
+				t.Errorf("Ready %+v", c)
+			}
+			want := map[string]float64{driftCorrected: 0, driftReported: 0, driftIgnored: 0}
+			if report {
+				want[driftReported] = 1
+			}
+			if counts := driftCounts(ms); fmt.Sprint(counts) != fmt.Sprint(want) {
+				t.Errorf("drift metric %v, want %v", counts, want)
+			}
+			wantEvents := 0
+			if report {
+				wantEvents = 1
+			}
+			if n := recorded.count(ms, EventDriftDetected); n != wantEvents {
+				t.Errorf("%d DriftDetected events, want %d", n, wantEvents)
+			}
+			if n := recorded.count(ms, EventDriftCorrected); n != 0 {
+				t.Errorf("%d DriftCorrected events", n)
+			}
+			if cm := mustConfigMap(t, ns, "one"); cm.Data["target"] != "edited" {
+				t.Errorf("drift %s corrected the edit: %v", policy, cm.Data)
+			}
+		})
+	}
+}
+
+// deploymentScript makes one Deployment, with params.replicas.
+const deploymentScript = `
+def main(ctx):
+    labels = {"app": "web"}
+    return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": ctx.params["replicas"], "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]}}}}]
+`
+
+// Drift is a change of the fields we own: a status write to a managed
+// Deployment, or another manager's write of fields we do not own, is not
+// drift and costs no write; another manager changing a field we own is,
+// and is corrected.
+func TestDriftIsAChangeOfOwnedFields(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "owned-fields", v1alpha1.ManifestSyncSpec{
+		Transform: inline(deploymentScript),
+		Params:    params(`{"replicas": 1}`),
+		Targets:   targets(ns),
+	})
+	createSync(t, ms)
+	ready(t, ms)
+	quiet(t)
+	deployment := func() *appsv1.Deployment {
+		t.Helper()
+		d := &appsv1.Deployment{}
+		if err := env.Client.Get(ctx, keyOf(ns, "web"), d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// ourWrites are the operator's writes since before: every write but
+	// the test's own ones (given).
+	ourWrites := func(before testenv.Requests, own float64) testenv.Requests {
+		t.Helper()
+		quiet(t)
+		after, err := env.Requests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := after.Sub(before)
+		if n := d.Writes(); n != own {
+			t.Errorf("%v writes, want only the test's own %v: %v", n, own, d)
+		}
+		return d
+	}
+	requests := func() testenv.Requests {
+		t.Helper()
+		r, err := env.Requests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// A status write, through the status subresource, as the deployment
+	// controller makes at every rollout.
+	before := requests()
+	d := deployment()
+	d.Status.ObservedGeneration = d.Generation
+	d.Status.Replicas, d.Status.UpdatedReplicas = 1, 1
+	if err := env.Client.Status().Update(ctx, d, client.FieldOwner("kube-controller-manager")); err != nil {
+		t.Fatal(err)
+	}
+	resync(t, ms, 3)
+	ourWrites(before, 1)
+	if got := deployment(); got.ResourceVersion != d.ResourceVersion {
+		t.Errorf("Deployment rewritten after a status write: resourceVersion %s -> %s", d.ResourceVersion, got.ResourceVersion)
+	}
+
+	// Another manager's label, a field we do not own.
+	before = requests()
+	d = deployment()
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"team":"web"}}}`))
+	if err := env.Client.Patch(ctx, d, patch, client.FieldOwner("labeller")); err != nil {
+		t.Fatal(err)
+	}
+	resync(t, ms, 3)
+	ourWrites(before, 1)
+	if got := deployment(); got.ResourceVersion != d.ResourceVersion || got.Labels["team"] != "web" {
+		t.Errorf("Deployment rewritten after another manager's label: resourceVersion %s -> %s, labels %v", d.ResourceVersion, got.ResourceVersion, got.Labels)
+	}
+	if counts := driftCounts(ms); counts[driftCorrected] != 0 {
+		t.Errorf("drift metric %v after writes of fields not ours", counts)
+	}
+	got := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+		t.Fatal(err)
+	}
+	if inv := got.Status.Inventory; len(inv) != 1 || inv[0].Drifted || inv[0].Fields == "" {
+		t.Errorf("inventory %+v", inv)
+	}
+
+	// Another manager scales it: spec.replicas is ours.
+	d = deployment()
+	three := int32(3)
+	d.Spec.Replicas = &three
+	if err := env.Client.Update(ctx, d, client.FieldOwner("intruder")); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, ms, EventDriftCorrected, "Deployment "+ns+"/web (changed)")
+	eventually(t, timeout, func() error {
+		if r := *deployment().Spec.Replicas; r != 1 {
+			return fmt.Errorf("replicas %d, want 1", r)
+		}
+		return nil
+	})
+	if counts := driftCounts(ms); counts[driftCorrected] != 1 {
+		t.Errorf("drift metric %v, want 1 corrected", counts)
+	}
+	// The label we do not own stayed.
+	if l := deployment().Labels["team"]; l != "web" {
+		t.Errorf("label team %q", l)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if counts := driftCounts(ms); counts[driftCorrected] != 1 {
+		t.Errorf("drift metric %v, want 1 corrected: a write war?", counts)
+	}
+}
+
+// The digest of our owned fields changes with our apply entry's field
+// set, our owner label and our digest annotation, and with nothing else:
+// not another manager's entry, not our entry of a subresource, not the
+// order the API server encodes the set in.
+func TestOwnedFields(t *testing.T) {
+	entry := func(manager string, op metav1.ManagedFieldsOperationType, sub, fields string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Subresource: sub, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	}
+	object := func(owner string, entries ...metav1.ManagedFieldsEntry) *metav1.ObjectMeta {
+		return &metav1.ObjectMeta{Labels: map[string]string{OwnerLabel: owner}, Annotations: map[string]string{DigestAnnotation: "sha256:1"}, ManagedFields: entries}
+	}
+	apply, update := metav1.ManagedFieldsOperationApply, metav1.ManagedFieldsOperationUpdate
+	ours := entry(FieldManager, apply, "", `{"f:data":{"f:a":{},"f:b":{}}}`)
+	base := ownedFields(object("p.ms", ours), FieldManager)
+	if base == "" {
+		t.Fatal("no digest of an object we own fields of")
+	}
+	same := map[string]*metav1.ObjectMeta{
+		"another manager's entry": object("p.ms", ours, entry("kubectl", update, "", `{"f:data":{"f:c":{}}}`)),
+		"our status entry":        object("p.ms", ours, entry(FieldManager, apply, "status", `{"f:status":{}}`)),
+		"another encoding":        object("p.ms", entry(FieldManager, apply, "", `{"f:data":{"f:b":{},"f:a":{}}}`)),
+	}
+	for what, obj := range same {
+		if got := ownedFields(obj, FieldManager); got != base {
+			t.Errorf("%s changed the digest", what)
+		}
+	}
+	digest := object("p.ms", ours)
+	digest.Annotations[DigestAnnotation] = "sha256:2"
+	changed := map[string]*metav1.ObjectMeta{
+		"a field we lost":        object("p.ms", entry(FieldManager, apply, "", `{"f:data":{"f:a":{}}}`)),
+		"another owner":          object("p.other", ours),
+		"another desired digest": digest,
+	}
+	for what, obj := range changed {
+		if got := ownedFields(obj, FieldManager); got == base {
+			t.Errorf("%s left the digest as it was", what)
+		}
+	}
+	if got := ownedFields(object("p.ms", entry("kubectl", update, "", `{"f:data":{}}`)), FieldManager); got != "" {
+		t.Errorf("digest %q of an object we own no field of", got)
+	}
+}
