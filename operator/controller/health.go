@@ -47,7 +47,7 @@ type waveWait struct {
 }
 
 func (w *waveWait) message() string {
-	return fmt.Sprintf("wave %d waits for wave %d to be Current: %s", w.next, w.wave, listHealth(w.pending))
+	return fmt.Sprintf("wave %d waits for wave %d to be Current: %s", w.next, w.wave, listHealth(w.pending, false))
 }
 
 // checker is the health checker of ms's spec.healthChecks, compiled once
@@ -84,7 +84,8 @@ func isCRD(obj *unstructured.Unstructured) bool {
 // fail, each naming it.
 func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *health.Checker, changes []Change) {
 	waited := false
-	for _, ch := range changes {
+	for i := range changes {
+		ch := &changes[i]
 		if !ch.ours() || (ch.health != nil && ch.health.Status == health.Current) {
 			continue
 		}
@@ -97,7 +98,9 @@ func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *
 				// anything else (a denied read) ends the wait.
 				return false, client.IgnoreNotFound(err)
 			}
-			return checker.Check(crd).Status == health.Current, nil
+			res := checker.Check(crd)
+			ch.health = &res // as it is now, not as its apply found it
+			return res.Status == health.Current, nil
 		})
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("not waiting for the CRD to be Established", "crd", ch.Item.id.Name, "timeout", establishTimeout.String(), "error", err.Error())
@@ -269,26 +272,36 @@ func (v *healthVerdict) add(o *targetOutcome, timeout time.Duration, now time.Ti
 func (v *healthVerdict) condition() (metav1.ConditionStatus, string, string) {
 	switch {
 	case len(v.failing) > 0:
-		return metav1.ConditionFalse, v1alpha1.ReasonHealthCheckFailed, "not Current: " + listHealth(v.failing)
+		return metav1.ConditionFalse, v1alpha1.ReasonHealthCheckFailed, "not Current: " + listHealth(v.failing, true)
 	case len(v.pending) > 0:
-		return metav1.ConditionFalse, v1alpha1.ReasonProgressing, "waiting for " + listHealth(v.pending)
+		return metav1.ConditionFalse, v1alpha1.ReasonProgressing, "waiting for " + listHealth(v.pending, false)
 	case v.unjudged > 0:
 		return metav1.ConditionUnknown, string(v1alpha1.HealthUnknown), fmt.Sprintf("%d targets were not applied", v.unjudged)
 	}
 	return metav1.ConditionTrue, string(v1alpha1.HealthHealthy), "every object is Current"
 }
 
-// listHealth names up to five objects with their own message, and how
-// many more there are.
-func listHealth(hs []objectHealth) string {
+// listHealth names up to five objects, with their own message when
+// messages is set, and how many more there are. Objects in progress are
+// named without it: their messages change at every step of a rollout
+// ("Available: 1/3"), and each change would be a status write.
+func listHealth(hs []objectHealth, messages bool) string {
 	const shown = 5
 	parts := make([]string, 0, shown)
 	for _, h := range hs[:min(len(hs), shown)] {
-		parts = append(parts, h.String())
+		if messages {
+			parts = append(parts, h.String())
+		} else {
+			parts = append(parts, h.id.String())
+		}
 	}
-	out := strings.Join(parts, "; ")
+	sep := ", "
+	if messages {
+		sep = "; "
+	}
+	out := strings.Join(parts, sep)
 	if n := len(hs) - shown; n > 0 {
-		out += fmt.Sprintf("; and %d more", n)
+		out += fmt.Sprintf("%sand %d more", sep, n)
 	}
 	return out
 }

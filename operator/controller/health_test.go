@@ -89,7 +89,7 @@ func TestWaitReadyWhenCurrent(t *testing.T) {
 	ms := newSync(home, "wait", waitingSpec(objectsOf(deploymentDoc("api", 3, 0)), ns, time.Minute))
 	createSync(t, ms)
 	got := waitFor(t, ms, v1alpha1.ReasonProgressing)
-	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Deployment "+ns+"/api: ") {
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "waiting for Deployment "+ns+"/api") {
 		t.Errorf("Ready's message %q does not name the Deployment", msg)
 	}
 	if row := targetRow(t, got); row.Health != v1alpha1.HealthProgressing || row.State != v1alpha1.TargetSynced {
@@ -242,7 +242,7 @@ func TestHealthCheckRule(t *testing.T) {
 	})
 	createSync(t, ms)
 	got := waitFor(t, ms, v1alpha1.ReasonProgressing)
-	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Widget "+ns+"/w: spec.healthChecks[0].failed: no such key: status") {
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "waiting for Widget "+ns+"/w") {
 		t.Errorf("Ready's message %q", msg)
 	}
 	setWidgetPhase(t, group, ns, "w", "Starting")
@@ -264,7 +264,7 @@ func TestHealthCheckRule(t *testing.T) {
 		ms.Spec.Transform = objectsOf(widgetCRD(group), widgetDoc(group, "w", 0), widgetCRD(other), widgetDoc(other, "x", 0))
 	})
 	got = waitFor(t, ms, v1alpha1.ReasonProgressing)
-	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Widget "+ns+"/x: no status") {
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "waiting for Widget "+ns+"/x") {
 		t.Errorf("Ready's message %q", msg)
 	}
 	time.Sleep(300 * time.Millisecond)

@@ -229,7 +229,7 @@ func TestHealthVerdict(t *testing.T) {
 		t.Errorf("recheck at %s, want the earliest deadline", v.recheck)
 	}
 	status, reason, msg := v.condition()
-	if status != metav1.ConditionFalse || reason != v1alpha1.ReasonProgressing || msg != "waiting for Deployment web/d1: m1; Deployment web/d0: m0" {
+	if status != metav1.ConditionFalse || reason != v1alpha1.ReasonProgressing || msg != "waiting for Deployment web/d1, Deployment web/d0" {
 		t.Errorf("condition %s %s %q", status, reason, msg)
 	}
 
