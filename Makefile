@@ -29,7 +29,7 @@ build: ## Build bin/engine.
 	$(GO) build -o $(BIN)/engine ./cmd/engine
 
 .PHONY: test
-test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, docker-registry, kube-apiserver, bin/helm).
+test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, docker-registry, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, bin/helm).
 	hack/test-deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 $(PKGS)
 
@@ -114,7 +114,7 @@ image-push: image ## Push the image to IMG (make image-push IMG=host/repo:tag; c
 ##@ Tools
 
 .PHONY: envtest
-envtest: ## Provide etcd and kube-apiserver for operator tests under bin/envtest (cold: ~7 min).
+envtest: ## Provide etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok for operator tests under bin/envtest (cold: ~15 min; rebuilt only when their sources change).
 	@hack/envtest.sh
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)

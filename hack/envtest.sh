@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Provides the envtest assets (etcd and kube-apiserver) under bin/envtest and
-# prints that directory, for KUBEBUILDER_ASSETS. Nothing is downloaded but
-# Debian's etcd-server package and Go modules from the module proxy:
+# Provides the local control plane's programs under bin/envtest and prints
+# that directory, for KUBEBUILDER_ASSETS. Nothing is downloaded but Debian's
+# etcd-server package and Go modules from the module proxy:
 #   - etcd: /usr/bin/etcd from etcd-server (installed with apt-get when absent);
-#   - kube-apiserver: built from the k8s.io/kubernetes module in
-#     hack/tools/kube-apiserver (about 7 minutes cold on 2 cores; the Go build
-#     cache makes later builds take seconds).
+#   - kube-apiserver, kube-controller-manager, kube-scheduler: built from the
+#     k8s.io/kubernetes module in hack/tools/kube-apiserver (cold on 2 idle
+#     cores: kube-apiserver about 7 minutes, then the other two, which share
+#     most of its packages, about 3 more; with a warm Go build cache, a
+#     rebuild of all three takes under 2 minutes);
+#   - kwok and kwok.yaml (its default stages): built from sigs.k8s.io/kwok in
+#     hack/tools/kwok (cold: about 3 minutes).
+# Each program is rebuilt only when the sources it is built from change:
+# beside it, NAME.stamp holds the sha256 of its tools module's go.mod, go.sum
+# and main package, and a build whose stamp differs (or is absent) runs again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 assets="$root/bin/envtest"
@@ -30,15 +37,54 @@ if [ ! -x "$assets/etcd" ]; then
   ln -sf "$etcd" "$assets/etcd"
 fi
 
-if [ ! -x "$assets/kube-apiserver" ] || [ "$root/hack/tools/kube-apiserver/go.mod" -nt "$assets/kube-apiserver" ]; then
-  log "building kube-apiserver (cold: about 7 minutes on 2 cores)"
-  # The server derives its emulated version and feature gates from its own
-  # version, so stamp the module's.
+# stamp MODULE DIR prints the sha256 of what is built from the Go package
+# DIR of the tools module MODULE: the module's go.mod and go.sum and DIR's
+# .go files. It names the files, so that moving one changes it too.
+stamp() {
+  local mod="$root/hack/tools/$1"
+  (cd "$mod" && sha256sum go.mod go.sum "$2"/*.go | sha256sum | cut -d' ' -f1)
+}
+
+# fresh NAME STAMP is true when bin/envtest/NAME exists and was built from
+# the sources whose stamp is STAMP.
+fresh() {
+  [ -x "$assets/$1" ] && [ "$(cat "$assets/$1.stamp" 2>/dev/null)" = "$2" ]
+}
+
+# The Kubernetes programs derive their emulated version and feature gates
+# from their own version, so stamp the module's.
+k8s_ldflags() {
+  local version minor pkg=k8s.io/component-base/version
   version=$(cd "$root/hack/tools/kube-apiserver" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
   minor=$(echo "$version" | cut -d. -f2)
-  pkg=k8s.io/component-base/version
-  ldflags="-X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  (cd "$root/hack/tools/kube-apiserver" && go build -trimpath -ldflags "$ldflags" -o "$assets/kube-apiserver" .)
+  echo "-X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+}
+
+# build NAME MODULE DIR ABOUT builds the main package DIR of the tools
+# module MODULE into bin/envtest/NAME, unless it is fresh.
+build() {
+  local name=$1 mod=$2 dir=$3 about=$4 sum ldflags=""
+  sum=$(stamp "$mod" "$dir")
+  fresh "$name" "$sum" && return 0
+  log "building $name ($about)"
+  [ "$mod" = kube-apiserver ] && ldflags=$(k8s_ldflags)
+  rm -f "$assets/$name.stamp"
+  (cd "$root/hack/tools/$mod" && go build -trimpath -ldflags "$ldflags" -o "$assets/$name" "./$dir")
+  echo "$sum" >"$assets/$name.stamp"
+}
+
+build kube-apiserver kube-apiserver . "cold: about 7 minutes on 2 cores"
+build kube-controller-manager kube-apiserver kube-controller-manager "cold: about 2 minutes more on 2 cores"
+build kube-scheduler kube-apiserver kube-scheduler "cold: about 1 minute more on 2 cores"
+
+kwok_sum=$(stamp kwok stages)
+if ! fresh kwok "$kwok_sum" || [ ! -s "$assets/kwok.yaml" ]; then
+  log "building kwok (cold: about 3 minutes on 2 cores)"
+  rm -f "$assets/kwok.stamp"
+  (cd "$root/hack/tools/kwok" && go build -trimpath -o "$assets/kwok" sigs.k8s.io/kwok/cmd/kwok &&
+    go run ./stages >"$assets/kwok.yaml.tmp")
+  mv "$assets/kwok.yaml.tmp" "$assets/kwok.yaml"
+  echo "$kwok_sum" >"$assets/kwok.stamp"
 fi
 
 echo "$assets"

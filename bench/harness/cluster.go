@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -25,7 +26,9 @@ type Cluster struct {
 	// Root is the repository's root.
 	Root string
 
-	env *envtest.Environment
+	env       *envtest.Environment
+	dir       string
+	workloads *testenv.Workloads
 }
 
 // StartCluster starts a control plane; dir holds its kubeconfig.
@@ -46,6 +49,7 @@ func StartCluster(dir string) (*Cluster, error) {
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: time.Minute,
 	}
+	testenv.ConfigureAPIServer(env)
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting a control plane with the assets in %s (make envtest): %w", assets, err)
@@ -66,8 +70,34 @@ func StartCluster(dir string) (*Cluster, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &Cluster{Config: cfg, Kubeconfig: kubeconfig, Root: root, env: env}, nil
+	return &Cluster{Config: cfg, Kubeconfig: kubeconfig, Root: root, env: env, dir: dir}, nil
 }
 
-// Stop stops the control plane.
-func (c *Cluster) Stop() error { return c.env.Stop() }
+// StartWorkloads also runs the workload test bed (testenv.StartWorkloads:
+// kube-scheduler, kube-controller-manager and kwok with two fake Nodes), so
+// that Deployments and the like roll out; it returns the fake Nodes' names.
+// Its logs go to <dir>/workloads; Stop stops it.
+func (c *Cluster) StartWorkloads() ([]string, error) {
+	kc, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.New(c.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := testenv.StartWorkloads(kc, cl, filepath.Join(c.dir, "workloads"))
+	if err != nil {
+		return nil, err
+	}
+	c.workloads = w
+	return w.Nodes, nil
+}
+
+// Stop stops the control plane (and the workload test bed).
+func (c *Cluster) Stop() error {
+	if c.workloads != nil {
+		c.workloads.Stop()
+	}
+	return c.env.Stop()
+}

@@ -1,11 +1,13 @@
 // Command demo runs ManifestSync end to end on this machine: it starts a
-// local control plane (etcd and kube-apiserver from bin/envtest, the
-// assets `make envtest` provides), installs the CRD, runs `engine
-// operator` against it, serves the examples' Git sources from a git daemon
-// on 127.0.0.1, applies the examples, and shows each ManifestSync's status
-// and the objects it produced. It runs until interrupted; with DEMO_EXIT=1
-// it exits 0 once every ManifestSync is Ready, and 1 if one is not within
-// two minutes. `make demo` runs it.
+// local control plane (etcd, kube-apiserver, and, so that workloads roll
+// out, kube-scheduler, kube-controller-manager and kwok's fake nodes: the
+// assets `make envtest` provides in bin/envtest), installs the CRD, runs
+// `engine operator` against it, serves the examples' Git sources from a git
+// daemon on 127.0.0.1, applies the examples, and shows each ManifestSync's
+// status, the objects it produced and its Deployments rolling out. It runs
+// until interrupted; with DEMO_EXIT=1 it exits 0 once every ManifestSync is
+// Ready and every Deployment Available, and 1 if one is not within two
+// minutes. `make demo` runs it.
 package main
 
 import (
@@ -23,12 +25,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -75,6 +79,16 @@ func run(ctx context.Context, exitWhenReady bool) error {
 	if err != nil {
 		return err
 	}
+	say("starting kube-scheduler, kube-controller-manager and kwok's fake nodes (logs: bin/demo/workloads)")
+	kc, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		return err
+	}
+	workloads, err := testenv.StartWorkloads(kc, c, filepath.Join(work, "workloads"))
+	if err != nil {
+		return err
+	}
+	defer workloads.Stop()
 
 	say("serving the examples' Git sources on a git daemon on 127.0.0.1")
 	gitURL, stopDaemon, err := startGitDaemon(ctx, filepath.Join(work, "git"))
@@ -95,15 +109,21 @@ func run(ctx context.Context, exitWhenReady bool) error {
 		return err
 	}
 	say(fmt.Sprintf("applied %d examples; waiting for them to be Ready", len(syncs)))
-	ready := waitReady(ctx, c, exitWhenReady)
+	deadline := time.Now().Add(readyTimeout)
+	ready := waitReady(ctx, c, exitWhenReady, deadline)
 	if err := showObjects(ctx, c); err != nil {
 		return err
 	}
+	if exitWhenReady && !ready {
+		return fmt.Errorf("not every ManifestSync was Ready within %s (see bin/demo/operator.log)", readyTimeout)
+	}
+	say("the Deployments roll out on kwok's fake nodes " + strings.Join(workloads.Nodes, ", "))
+	available := waitAvailable(ctx, c, exitWhenReady, deadline)
 	if exitWhenReady {
-		if !ready {
-			return fmt.Errorf("not every ManifestSync was Ready within %s (see bin/demo/operator.log)", readyTimeout)
+		if !available {
+			return fmt.Errorf("not every Deployment was Available within %s (see bin/demo/workloads)", readyTimeout)
 		}
-		say("every ManifestSync is Ready")
+		say("every ManifestSync is Ready and every Deployment Available")
 		return nil
 	}
 	say("the control plane keeps running; use it with: kubectl --kubeconfig " + kubeconfig + " get msync -A")
@@ -127,6 +147,7 @@ func startControlPlane(root, work string) (*envtest.Environment, string, error) 
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: time.Minute,
 	}
+	testenv.ConfigureAPIServer(cp)
 	if _, err := cp.Start(); err != nil {
 		return nil, "", fmt.Errorf("starting the control plane with the assets in %s (make envtest): %w", assets, err)
 	}
@@ -378,18 +399,31 @@ func createObjectSource(ctx context.Context, c client.Client, namespace, file st
 }
 
 // waitReady prints the status table whenever it changes, until every
-// ManifestSync is Ready (true), the context ends, or, when bounded,
-// readyTimeout passes (false).
-func waitReady(ctx context.Context, c client.Client, bounded bool) bool {
-	deadline := time.Now().Add(readyTimeout)
+// ManifestSync is Ready (true), the context ends, or, when bounded, the
+// deadline passes (false).
+func waitReady(ctx context.Context, c client.Client, bounded bool, deadline time.Time) bool {
+	return printUntil(ctx, bounded, deadline, func() (string, bool, error) { return statusTable(ctx, c) })
+}
+
+// waitAvailable prints the table of Deployments whenever it changes, until
+// every one is Available (true), the context ends, or, when bounded, the
+// deadline passes (false).
+func waitAvailable(ctx context.Context, c client.Client, bounded bool, deadline time.Time) bool {
+	return printUntil(ctx, bounded, deadline, func() (string, bool, error) { return deploymentTable(ctx, c) })
+}
+
+// printUntil prints what table returns whenever it changes, each second,
+// until it says done (true), the context ends, or, when bounded, the
+// deadline passes (false).
+func printUntil(ctx context.Context, bounded bool, deadline time.Time, table func() (string, bool, error)) bool {
 	last := ""
 	for {
-		table, allReady, err := statusTable(ctx, c)
-		if err == nil && table != last {
-			fmt.Print(table)
-			last = table
+		out, done, err := table()
+		if err == nil && out != last {
+			fmt.Print(out)
+			last = out
 		}
-		if allReady {
+		if done {
 			return true
 		}
 		if bounded && time.Now().After(deadline) {
@@ -401,6 +435,38 @@ func waitReady(ctx context.Context, c client.Client, bounded bool) bool {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// deploymentTable is the table of every Deployment, as kubectl get
+// deployments prints it, with its Available condition, and whether every
+// one is Available with all its replicas.
+func deploymentTable(ctx context.Context, c client.Client) (string, bool, error) {
+	var list appsv1.DeploymentList
+	if err := c.List(ctx, &list); err != nil {
+		return "", false, err
+	}
+	b := strings.Builder{}
+	b.WriteString("\n")
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAMESPACE\tDEPLOYMENT\tREADY\tUP-TO-DATE\tAVAILABLE\tCONDITION")
+	all := len(list.Items) > 0
+	for _, d := range list.Items {
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		st := d.Status
+		cond := "Available=Unknown"
+		for _, dc := range st.Conditions {
+			if dc.Type == appsv1.DeploymentAvailable {
+				cond = fmt.Sprintf("Available=%s (%s)", dc.Status, dc.Reason)
+				all = all && dc.Status == corev1.ConditionTrue
+			}
+		}
+		all = all && cond != "Available=Unknown" && st.ObservedGeneration == d.Generation && st.AvailableReplicas == want
+		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%d\t%d\t%s\n", d.Namespace, d.Name, st.ReadyReplicas, want, st.UpdatedReplicas, st.AvailableReplicas, cond)
+	}
+	if err := w.Flush(); err != nil {
+		return "", false, err
+	}
+	return b.String(), all, nil
 }
 
 // statusTable is the table of every ManifestSync, as engine status

@@ -7,8 +7,24 @@
 // (`make envtest`); when they are missing the tests fail, except under
 // -short, where every test that needs the environment is skipped.
 //
-// It is for tests only: nothing but _test.go files may import it (the
-// cmd/engine tests of engine diff use it too, hence not internal).
+// Workloads do not roll out in that environment: it runs no controllers,
+// no scheduler and no nodes. A package whose tests need Deployments,
+// StatefulSets, DaemonSets and Jobs to become available or complete opts in
+// with the WithWorkloads setup,
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env, testenv.WithWorkloads())) }
+//
+// which also runs kube-scheduler, kube-controller-manager and kwok (fake
+// Nodes, Env.Nodes, whose pods kwok makes Running and Ready), all built into
+// bin/envtest by hack/envtest.sh, bound to 127.0.0.1, logging to files
+// whose last lines are printed when the package fails, and stopped after
+// it. With it, the namespace controller runs too: a deleted namespace's
+// objects go away, as in a cluster. StartWorkloads starts the same beside
+// any API server (the demo and the benchmarks use it).
+//
+// It is for tests, the demo and the benchmarks: the engine and the operator
+// never import it (the cmd/engine tests of engine diff use it too, hence
+// not internal).
 package testenv
 
 import (
@@ -48,8 +64,13 @@ type Env struct {
 	// Client is an uncached client of Config.
 	Client client.Client
 
-	env     *envtest.Environment
-	certDir string // the API server's, kept across restarts
+	// Nodes are the fake Nodes of WithWorkloads (nil without it).
+	Nodes []string
+
+	env       *envtest.Environment
+	certDir   string     // the API server's, kept across restarts
+	workloads *Workloads // WithWorkloads' programs, or nil
+	failed    bool       // the tests failed: teardowns keep their logs
 }
 
 // Setup runs once the environment is up, before the tests, and returns
@@ -92,7 +113,14 @@ func runWith(m *testing.M, e *Env, setups []Setup) int {
 			defer teardown()
 		}
 	}
-	return m.Run()
+	code := m.Run()
+	if code != 0 {
+		e.failed = true
+		if e.workloads != nil {
+			e.workloads.PrintLogs(os.Stderr)
+		}
+	}
+	return code
 }
 
 // Second is a Setup that starts another environment into *e: a remote
@@ -153,7 +181,7 @@ func Start(opts ...Option) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	assets, err := assetsDir(root)
+	assets, err := assetsDir(root, "etcd", "kube-apiserver")
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +208,7 @@ func Start(opts ...Option) (*Env, error) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	te.ControlPlane.GetAPIServer().CertDir = certDir
+	ConfigureAPIServer(te)
 	for _, opt := range opts {
 		if err := opt(te); err != nil {
 			_ = os.RemoveAll(certDir)
@@ -201,6 +230,19 @@ func Start(opts ...Option) (*Env, error) {
 		return nil, err
 	}
 	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te, certDir: certDir}, nil
+}
+
+// ConfigureAPIServer sets what the API servers of the tests, the demo and
+// the benchmarks need beyond envtest's defaults: the WatchList feature off.
+// It needs progress notifications from etcd, which Debian's etcd (3.4)
+// does not send; with it on, the server turns every watch from
+// resourceVersion "" or "0" into a watch-list stream and ends it at once
+// with an error ("the required storage feature RequestWatchProgress is
+// disabled"), so that such a watcher (kwok's, for one) sees changes only
+// at its next relist. With it off, such a watch is a plain watch, as on a
+// server without the feature.
+func ConfigureAPIServer(te *envtest.Environment) {
+	te.ControlPlane.GetAPIServer().Configure().Append("feature-gates", "WatchList=false")
 }
 
 // Stop stops the API server and etcd. The API server is killed, not
@@ -297,8 +339,9 @@ func (e *Env) Kubeconfig(user string) ([]byte, error) {
 }
 
 // Namespace creates a namespace with a random name for one test. It is
-// deleted when the test ends; envtest runs no namespace controller, so the
-// objects in it stay (tests must not rely on them going away).
+// deleted when the test ends; envtest runs no namespace controller (unless
+// WithWorkloads), so the objects in it stay (tests must not rely on them
+// going away).
 func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "t-" + rand.String(8), Labels: labels}}
@@ -310,13 +353,13 @@ func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 }
 
 // assetsDir is $KUBEBUILDER_ASSETS, or bin/envtest in the repository; it
-// must hold etcd and kube-apiserver.
-func assetsDir(root string) (string, error) {
+// must hold the files named.
+func assetsDir(root string, names ...string) (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
 		dir = filepath.Join(root, "bin", "envtest")
 	}
-	for _, name := range []string{"etcd", "kube-apiserver"} {
+	for _, name := range names {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			return "", fmt.Errorf("no %s in %s: run make envtest (or set KUBEBUILDER_ASSETS)", name, dir)
 		}

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -83,7 +85,7 @@ func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace
 
 func TestMissingAssetsSayWhatToRun(t *testing.T) {
 	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
-	_, err := assetsDir("/nonexistent")
+	_, err := assetsDir("/nonexistent", "etcd", "kube-apiserver")
 	if err == nil || !strings.Contains(err.Error(), "run make envtest") {
 		t.Fatalf("got %v, want an error saying to run make envtest", err)
 	}
@@ -114,5 +116,46 @@ func TestKillAPIServer(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, keyOf(ns, "kept"), cm); err != nil {
 		t.Errorf("after the restart: %v", err)
+	}
+}
+
+// A watch from resourceVersion "0" with bookmarks (as kwok's) is a plain
+// watch that sees changes, not a watch-list stream the API server ends at
+// once for want of etcd progress notifications.
+func TestWatchFromZeroSeesChanges(t *testing.T) {
+	env.Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns := env.Namespace(t, nil)
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: "0", AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "seen"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch ended before it saw ConfigMap seen")
+			}
+			switch obj := ev.Object.(type) {
+			case *metav1.Status:
+				t.Fatalf("the watch ended with an error: %s", obj.Message)
+			case *corev1.ConfigMap:
+				if ev.Type == watch.Added && obj.Name == "seen" {
+					return
+				}
+			}
+		case <-ctx.Done():
+			t.Fatal("the watch did not see ConfigMap seen")
+		}
 	}
 }
