@@ -52,18 +52,7 @@ func startOperator(e *testenv.Env) (func(), error) {
 		cancel()
 		return nil, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return nil, errors.Join(errors.New("the manager's cache did not sync"), <-done)
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintf(os.Stderr, "the manager stopped with: %v\n", err)
-		}
-	}, nil
+	return testenv.StartManager(ctx, cancel, mgr)
 }
 
 // within bounds the waits for a rollout.
