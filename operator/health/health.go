@@ -102,6 +102,11 @@ func (c *Checker) Check(obj *unstructured.Unstructured) Result {
 	if r := c.rules[obj.GroupVersionKind()]; r != nil {
 		return r.check(obj)
 	}
+	if !c.NeedsObject(obj.GroupVersionKind()) {
+		// Nothing but its existence to judge; kstatus would say the same
+		// after converting the whole object.
+		return Result{Status: Current, Message: "exists"}
+	}
 	if Custom(obj.GroupVersionKind()) && !hasStatus(obj) {
 		return Result{Status: Unknown, Message: "no status, and no spec.healthChecks rule for its kind"}
 	}
