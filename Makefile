@@ -87,13 +87,25 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and c
 chart-lint: $(HELM) ## Lint the Helm chart (operator/chart) with helm lint --strict.
 	$(HELM) lint --strict operator/chart
 
+# FMT_PATHS hold the .star and .cue files engine fmt keeps formatted (make
+# verify checks them): the examples and the testdata that are files of their
+# own (scripts inside txtar archives are not), not the generated schemas/k8s.
+FMT_PATHS := examples stdlib/testdata lang/starlark/testdata cmd/engine/testdata/vet schemas/manifestsync bench/w3
+
+.PHONY: docs
+docs: ## Generate docs/stdlib.md and docs/stubs (the stdlib, from the tables of engine doc) and docs/manifestsync.schema.json (from the CRD).
+	$(GO) run ./cmd/engine doc -o markdown > docs/stdlib.md
+	$(GO) run ./cmd/engine doc --stubs docs/stubs
+	$(GO) run ./cmd/engine schema > docs/manifestsync.schema.json
+
 .PHONY: verify
-verify: generate manifests ## Fail when generated files are stale, go.mod is untidy or code is unformatted.
+verify: generate manifests docs ## Fail when generated files are stale, go.mod is untidy or code is unformatted (Go, and engine fmt over FMT_PATHS).
 	$(GO) mod tidy
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run ./cmd/engine fmt --check $(FMT_PATHS)
 	$(GO) vet $(PKGS)
-	@git diff --exit-code -- go.mod go.sum operator/ schemas/ || { echo "generated files or go.mod are stale: run make generate manifests and go mod tidy"; exit 1; }
-	@untracked=$$(git status --porcelain --untracked-files=all -- operator/ schemas/ | grep '^??' || true); test -z "$$untracked" || { echo "$$untracked"; echo "generated files are not committed"; exit 1; }
+	@git diff --exit-code -- go.mod go.sum operator/ schemas/ docs/ || { echo "generated files or go.mod are stale: run make generate manifests docs and go mod tidy"; exit 1; }
+	@untracked=$$(git status --porcelain --untracked-files=all -- operator/ schemas/ docs/ | grep '^??' || true); test -z "$$untracked" || { echo "$$untracked"; echo "generated files are not committed"; exit 1; }
 
 ##@ Image
 

@@ -2,8 +2,10 @@
 // for transforms and their tests: yaml, json, base64, hash, struct, math, re,
 // time, k8s and assert. Each module lives in a file of its own as a Go value
 // whose doc comment gives its Starlark-side API. [Modules] lists them, with a
-// paragraph for every module and function, for `engine doc`; [Predeclared]
-// returns them as the globals of a script.
+// paragraph for every module and function, for `engine doc`; [Markdown] and
+// [Stubs] render the same tables as docs/stdlib.md and as type stubs for
+// Starlark language servers; [Predeclared] returns them as the globals of a
+// script.
 //
 // The package also exports the patch functions the engine applies for a
 // target's static patches ([MergePatch], [StrategicMerge], [JSONPatch]), so

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,11 +18,13 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/startest"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // starTestFlags are the flags of engine test.
 type starTestFlags struct {
 	run       string
+	update    bool
 	limits    lstar.Limits
 	maxMemory string
 }
@@ -43,6 +46,12 @@ directory for a file given by name); nothing outside it can be loaded.
 Each test prints PASS or FAIL with its file:line, a failure is followed
 by its error; the last line counts them: "N passed, N failed".
 
+Snapshot tests compare a value with a golden file:
+assert.golden(got, "testdata/dev.yaml") fails with a diff when they
+differ. --update makes it pass and write got into the file instead (a
+path in the tree the test file was found under); each file that changes
+is named ("updated PATH").
+
 Each file runs in a worker process: its memory is bounded by --max-memory,
 and the wall-clock time of the whole file (its load and all its tests) by
 --timeout. A file past either ends the run with an error naming the limit
@@ -57,6 +66,7 @@ file stopped at --max-memory or --timeout.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.run, "run", "", "REGEXP: run only the tests whose name matches")
+	fl.BoolVar(&f.update, "update", false, "rewrite the golden files of assert.golden with what the tests give")
 	d := lstar.DefaultLimits()
 	fl.Uint64Var(&f.limits.MaxSteps, "max-steps", d.MaxSteps, "Starlark execution steps per file load and per test")
 	fl.DurationVar(&f.limits.Timeout, "timeout", d.Timeout, "wall-clock limit of a test file: its load and all its tests")
@@ -100,11 +110,14 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 		// What a test prints or fails with never shows the Secrets of
 		// the tree it reads.
 		out := &redactingWriter{w: stdout, r: engine.SnapshotRedactor(map[string]*engine.Snapshot{tf.Root: snap})}
-		p, fl, err := pool.RunTest(ctx, out, tf, f.limits, f.run)
+		p, fl, goldens, err := pool.RunTest(ctx, out, tf, f.limits, f.run, f.update)
 		if err, ok := killed("test: "+tf.Display(), err); ok {
 			return err
 		}
 		if err != nil {
+			return usageErr("test: %s: %w", tf.Display(), err)
+		}
+		if err := writeGoldens(stdout, tf, goldens); err != nil {
 			return usageErr("test: %s: %w", tf.Display(), err)
 		}
 		passed += p
@@ -166,6 +179,28 @@ func findStarTests(paths []string) ([]startest.File, error) {
 		}
 	}
 	return out, nil
+}
+
+// writeGoldens writes the golden files a test file's assert.golden
+// recorded under --update into its tree, naming each that changes.
+func writeGoldens(stdout io.Writer, tf startest.File, goldens []stdlib.Golden) error {
+	for _, g := range goldens {
+		if g.Source != tf.Source {
+			return fmt.Errorf("golden file @%s//%s: not in the test's tree %s", g.Source, g.Path, tf.Root)
+		}
+		p := filepath.Join(tf.Root, filepath.FromSlash(g.Path))
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, g.Data) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, g.Data, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "updated %s\n", p)
+	}
+	return nil
 }
 
 // redactingWriter masks what a redactor knows in every write; each write

@@ -46,9 +46,18 @@ func (f File) Display() string {
 // writing a PASS or FAIL line for each (a failure followed by its error,
 // indented) and what the tests print. A file that does not load is one
 // failure.
-func Run(ctx context.Context, w io.Writer, limits lstar.Limits, f File, filter *regexp.Regexp) (passed, failed int) {
+//
+// With update set, assert.golden records what it is given instead of
+// comparing it with its golden file: Run returns those files, for the
+// caller to write (`engine test --update`).
+func Run(ctx context.Context, w io.Writer, limits lstar.Limits, f File, filter *regexp.Regexp, update bool) (passed, failed int, goldens []stdlib.Golden) {
 	files := engine.SnapshotFiles{f.Source: f.Snapshot}
 	ctx = lstar.WithFiles(ctx, files, f.Source)
+	if update {
+		g := &stdlib.Goldens{}
+		ctx = stdlib.WithGoldenUpdates(ctx, g)
+		defer func() { goldens = g.Files() }()
+	}
 	in := lstar.New(lstar.Options{
 		Predeclared: stdlib.Predeclared(),
 		Limits:      limits,
@@ -61,7 +70,7 @@ func Run(ctx context.Context, w io.Writer, limits lstar.Limits, f File, filter *
 	mod, err := in.Load(ctx, files, lstar.Script{Source: f.Source, Path: f.Rel})
 	if err != nil {
 		fmt.Fprintf(w, "FAIL %s\n%s\n", display, indentError(err.Error()))
-		return 0, 1
+		return 0, 1, nil
 	}
 	type test struct {
 		name string
@@ -87,7 +96,7 @@ func Run(ctx context.Context, w io.Writer, limits lstar.Limits, f File, filter *
 		fmt.Fprintf(w, "PASS %s (%s)\n", t.name, t.pos)
 		passed++
 	}
-	return passed, failed
+	return passed, failed, nil
 }
 
 // indentError indents every line of an error message under its FAIL line.

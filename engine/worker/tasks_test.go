@@ -13,6 +13,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/startest"
 	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // testFile is a test file in a one-file tree.
@@ -29,9 +30,9 @@ func TestPoolRunTest(t *testing.T) {
 	ctx := context.Background()
 	script := "def test_a():\n    print(\"hello\")\n\ndef test_b():\n    assert.eq(1, 2)\n\ndef test_c():\n    pass\n"
 	var want bytes.Buffer
-	wp, wf := startest.Run(ctx, &want, lstar.Limits{}, testFile(script), nil)
+	wp, wf, _ := startest.Run(ctx, &want, lstar.Limits{}, testFile(script), nil, false)
 	var got bytes.Buffer
-	gp, gf, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "")
+	gp, gf, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "", false)
 	if err != nil || gp != wp || gf != wf || got.String() != want.String() {
 		t.Errorf("in a worker: %d passed, %d failed, %v:\n%s\nwant %d, %d:\n%s", gp, gf, err, got.String(), wp, wf, want.String())
 	}
@@ -39,16 +40,16 @@ func TestPoolRunTest(t *testing.T) {
 		t.Errorf("output %q", got.String())
 	}
 	got.Reset()
-	if gp, gf, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "_c$"); err != nil || gp != 1 || gf != 0 || got.String() != "PASS test_c (dir/x_test.star:7)\n" {
+	if gp, gf, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "_c$", false); err != nil || gp != 1 || gf != 0 || got.String() != "PASS test_c (dir/x_test.star:7)\n" {
 		t.Errorf("filter _c$: %d passed, %d failed, %v: %q", gp, gf, err, got.String())
 	}
-	if _, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "("); err == nil || !strings.Contains(err.Error(), "missing closing )") {
+	if _, _, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "(", false); err == nil || !strings.Contains(err.Error(), "missing closing )") {
 		t.Errorf("a bad filter: %v", err)
 	}
 
 	got.Reset()
 	bomb := "def test_small():\n    print(\"small\")\n\ndef test_bomb():\n    x = \"a\" * (1 << 29)\n    y = [x + x + str(i) for i in range(6)]\n"
-	_, _, err = p.RunTest(ctx, &got, testFile(bomb), lstar.Limits{}, "")
+	_, _, _, err = p.RunTest(ctx, &got, testFile(bomb), lstar.Limits{}, "", false)
 	var killed *KilledError
 	if !errors.As(err, &killed) || killed.Limit != LimitMemory {
 		t.Errorf("bomb: %v", err)
@@ -57,8 +58,30 @@ func TestPoolRunTest(t *testing.T) {
 		t.Errorf("bomb: output %q, want %q", got.String(), want)
 	}
 	got.Reset()
-	if gp, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, ""); err != nil || gp != 2 {
+	if gp, _, _, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "", false); err != nil || gp != 2 {
 		t.Errorf("after the bomb: %d passed, %v", gp, err)
+	}
+}
+
+// Under update, the golden files assert.golden records come back from
+// the worker; without it, a missing golden file fails the test.
+func TestPoolRunTestGoldens(t *testing.T) {
+	p := testPool(t, Options{Workers: 1})
+	ctx := context.Background()
+	script := "def test_snap():\n    assert.golden({\"b\": 1, \"a\": [1]}, \"testdata/snap.yaml\")\n    assert.golden(\"text\", \"//t.txt\")\n"
+	var got bytes.Buffer
+	gp, gf, goldens, err := p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "", true)
+	if err != nil || gp != 1 || gf != 0 {
+		t.Fatalf("update: %d passed, %d failed, %v:\n%s", gp, gf, err, got.String())
+	}
+	want := []stdlib.Golden{{Source: "dir", Path: "t.txt", Data: []byte("text")}, {Source: "dir", Path: "testdata/snap.yaml", Data: []byte("a:\n- 1\nb: 1\n")}}
+	if !reflect.DeepEqual(goldens, want) {
+		t.Errorf("goldens %+v, want %+v", goldens, want)
+	}
+	got.Reset()
+	gp, gf, goldens, err = p.RunTest(ctx, &got, testFile(script), lstar.Limits{}, "", false)
+	if err != nil || gp != 0 || gf != 1 || goldens != nil || !strings.Contains(got.String(), "dir/testdata/snap.yaml: no such golden file (engine test --update writes it)") {
+		t.Errorf("no update: %d passed, %d failed, %v, %v:\n%s", gp, gf, goldens, err, got.String())
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package cue is ManifestSync's typing and policy layer: it loads CUE
 // packages from source snapshots (in memory, registry off), unifies objects
 // with their schemas, fills defaults, requires concrete results, and reports
-// violations with the schema's file:line.
+// violations with the schema's file:line. Format formats CUE files as cue
+// fmt does (for `engine fmt`).
 //
 // It uses CUE through its public API only, reads nothing but the file trees
 // it is given, and must not import client-go, controller-runtime, net/http

@@ -22,7 +22,8 @@
 // names, "<inline>" for inline scripts) and a backtrace. Compiled programs
 // are cached by the sha256 of their text, so one script evaluated for many
 // targets is parsed once. The package also converts between Go's
-// JSON-shaped values and Starlark values (ToValue, FromValue).
+// JSON-shaped values and Starlark values (ToValue, FromValue), and formats
+// scripts of its dialect (Format, for `engine fmt`).
 //
 // It must not import client-go, controller-runtime, net/http or the stdlib
 // package (stdlib builds on it; the engine wires the two together).

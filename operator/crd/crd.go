@@ -106,26 +106,9 @@ func ManifestSync() (*Validator, error) {
 // New builds a validator for one version of the CRD in crdYAML (YAML or
 // JSON, one document); version "" means the storage version.
 func New(crdYAML []byte, version string) (*Validator, error) {
-	crd, err := decodeCRD(crdYAML)
+	crd, ver, err := decodeVersion(crdYAML, version)
 	if err != nil {
 		return nil, err
-	}
-	var ver *apiextensionsv1.CustomResourceDefinitionVersion
-	for i := range crd.Spec.Versions {
-		v := &crd.Spec.Versions[i]
-		if v.Name == version || (version == "" && v.Storage) {
-			ver = v
-			break
-		}
-	}
-	if ver == nil {
-		if version == "" {
-			return nil, fmt.Errorf("crd %s: no storage version", crd.Name)
-		}
-		return nil, fmt.Errorf("crd %s: no version %q", crd.Name, version)
-	}
-	if ver.Schema == nil || ver.Schema.OpenAPIV3Schema == nil {
-		return nil, fmt.Errorf("crd %s: version %s has no schema", crd.Name, ver.Name)
 	}
 	// As the API server does (customresource_handler.go): the internal
 	// schema, its structural form with the defaults pruned, and the
@@ -161,6 +144,33 @@ func New(crdYAML []byte, version string) (*Validator, error) {
 
 // decodeCRD reads one CustomResourceDefinition, rejecting unknown fields
 // so that a typo in the CRD is not silently ignored.
+// decodeVersion decodes a CRD and finds its version named version ("" for
+// the storage version), which must have a schema.
+func decodeVersion(crdYAML []byte, version string) (*apiextensionsv1.CustomResourceDefinition, *apiextensionsv1.CustomResourceDefinitionVersion, error) {
+	crd, err := decodeCRD(crdYAML)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ver *apiextensionsv1.CustomResourceDefinitionVersion
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		if v.Name == version || (version == "" && v.Storage) {
+			ver = v
+			break
+		}
+	}
+	if ver == nil {
+		if version == "" {
+			return nil, nil, fmt.Errorf("crd %s: no storage version", crd.Name)
+		}
+		return nil, nil, fmt.Errorf("crd %s: no version %q", crd.Name, version)
+	}
+	if ver.Schema == nil || ver.Schema.OpenAPIV3Schema == nil {
+		return nil, nil, fmt.Errorf("crd %s: version %s has no schema", crd.Name, ver.Name)
+	}
+	return crd, ver, nil
+}
+
 func decodeCRD(b []byte) (*apiextensionsv1.CustomResourceDefinition, error) {
 	b = bytes.TrimPrefix(bytes.TrimSpace(b), []byte("---\n"))
 	crd := &apiextensionsv1.CustomResourceDefinition{}
