@@ -41,8 +41,9 @@ const (
 )
 
 // SetupWithManager registers the reconciler with mgr: the ManifestSync
-// controller, its indexes and watches, and a metadata cache of the objects
-// it manages (only those carrying OwnerLabel).
+// controller, its indexes and watches, and a cache of the objects it
+// manages (only those carrying OwnerLabel; their metadata, and whole
+// objects of the kinds whose health needs their status).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := ValidateInstanceID(r.Options.InstanceID); err != nil {
 		return err
@@ -209,9 +210,10 @@ func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.
 // watches the controller needs beyond its static ones: the kinds of object
 // sources and of kubeconfig Secrets, in the namespaces they live in (a
 // cache per namespace), and the kinds of managed objects (in the
-// owner-labelled cache). Nothing is watched cluster-wide for a source:
-// the operator holds the metadata of the namespaces that hold sources,
-// not that of every Secret of the cluster.
+// owner-labelled cache), whole for the kinds whose health needs their
+// status. Nothing is watched cluster-wide for a source: the operator
+// holds the metadata of the namespaces that hold sources, not that of
+// every Secret of the cluster.
 type watches struct {
 	ctrl         controller.Controller
 	managedCache cache.Cache
