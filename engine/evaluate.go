@@ -650,7 +650,7 @@ func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]a
 	}
 	v, err := e.interp.Call(lstar.WithFiles(ctx, SnapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
 	if err != nil {
-		return nil, err
+		return nil, e.suggestParam(err, t.params.m)
 	}
 	if v == starlark.None {
 		// A main that falls off its end returns None: taking that for
