@@ -585,9 +585,13 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		e.learnSecrets(objs)
 	}
 	seen := make(map[v1alpha1.ObjectID]int, len(objs))
+	scope := withCRDs(e.opts.Scope, objs)
 	for i, o := range objs {
-		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
+		if err := normalize(o, t.namespace, scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
+		}
+		if _, err := WaveOf(o); err != nil {
+			return fail(err) // it names the object
 		}
 		id := v1alpha1.IDOf(o)
 		if j, dup := seen[id]; dup {
