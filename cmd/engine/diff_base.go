@@ -221,7 +221,6 @@ func (r *renderer) evaluate(ctx context.Context, s side, sf *engine.SyncFile) (*
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sf.Name, err)
 	}
-	orderWaves(res)
 	return res, nil
 }
 

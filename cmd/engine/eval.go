@@ -224,7 +224,6 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namesp
 	for _, name := range unmatchedSelectors(selectors, res) {
 		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
 	}
-	orderWaves(res)
 	placePatchErrors(sf, res)
 	if err := writeResult(stdout, res, f); err != nil {
 		return run, &exitError{code: exitUsage, err: err}
@@ -429,20 +428,6 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 		}
 	}
 	return nil
-}
-
-// orderWaves fails each evaluated target whose objects cannot be ordered
-// in waves (a wave annotation that is not an integer), as the operator
-// would refuse to apply it.
-func orderWaves(res *engine.Result) {
-	for _, t := range res.Targets {
-		if t.Err != nil {
-			continue
-		}
-		if _, err := engine.Waves(t.Objects); err != nil {
-			t.Err = errors.New(res.Redactor.String(fmt.Sprintf("target %q: %v", t.ID(), err)))
-		}
-	}
 }
 
 // maskedResult is res with every object masked by res.Redactor for
