@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -150,50 +149,8 @@ func (f *SyncFile) errorf(field, format string, args ...any) *FieldError {
 }
 
 // Line returns the line of a field path such as "spec.targets[1].params",
-// or of its nearest ancestor that exists in the file.
-func (f *SyncFile) Line(field string) int {
-	n := f.root
-	if n == nil {
-		return 0
-	}
-	line := n.Line
-	for _, part := range splitField(field) {
-		var next *yaml.Node
-		if i, err := strconv.Atoi(part); err == nil {
-			if n.Kind == yaml.SequenceNode && i < len(n.Content) {
-				next = n.Content[i]
-			}
-		} else if n.Kind == yaml.MappingNode {
-			for j := 0; j+1 < len(n.Content); j += 2 {
-				if n.Content[j].Value == part {
-					line = n.Content[j].Line
-					next = n.Content[j+1]
-					break
-				}
-			}
-		}
-		if next == nil {
-			return line
-		}
-		n = next
-		if n.Kind != yaml.ScalarNode {
-			line = n.Line
-		}
-	}
-	return line
-}
-
-// splitField splits "spec.targets[1].name" into spec, targets, 1, name.
-func splitField(field string) []string {
-	field = strings.NewReplacer("[", ".", "]", "").Replace(field)
-	var parts []string
-	for _, p := range strings.Split(field, ".") {
-		if p != "" {
-			parts = append(parts, p)
-		}
-	}
-	return parts
-}
+// or of its nearest ancestor that exists in the file (see FieldLine).
+func (f *SyncFile) Line(field string) int { return FieldLine(f.root, field) }
 
 func mapValue(n *yaml.Node, key string) *yaml.Node {
 	if n.Kind != yaml.MappingNode {

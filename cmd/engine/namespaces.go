@@ -219,10 +219,10 @@ func namespaceOf(n *yaml.Node, item bool) (engine.Namespace, int, error) {
 		ns.Name = name.Value
 	}
 	if ns.Name == "" {
-		return ns, fieldLine(n, "metadata"), errors.New("metadata.name: missing")
+		return ns, engine.FieldLine(n, "metadata"), errors.New("metadata.name: missing")
 	}
 	if err := checkNamespaceName(ns.Name); err != nil {
-		return ns, fieldLine(n, "metadata.name"), fmt.Errorf("metadata.name: %w", err)
+		return ns, engine.FieldLine(n, "metadata.name"), fmt.Errorf("metadata.name: %w", err)
 	}
 	ns.Labels = map[string]string{}
 	if labels := mappingValue(md, "labels"); labels != nil && labels.Tag != "!!null" {
