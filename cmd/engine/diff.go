@@ -255,10 +255,7 @@ func writeDiff(w io.Writer, d controller.ObjectDiff) error {
 	if err != nil {
 		return err
 	}
-	name := d.Target + "/" + d.GVK.Kind + " " + d.Name
-	if d.Namespace != "" {
-		name = d.Target + "/" + d.GVK.Kind + " " + d.Namespace + "/" + d.Name
-	}
+	name := d.Target + "/" + d.Describe()
 	return difflib.WriteUnifiedDiff(w, difflib.UnifiedDiff{
 		A:        lines(a),
 		B:        lines(b),

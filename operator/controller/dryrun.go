@@ -43,10 +43,13 @@ type ObjectDiff struct {
 	Err error
 }
 
-// Describe names the object in messages: "Secret web/tls".
-func (d ObjectDiff) Describe() string {
-	return v1alpha1.ObjectID{Namespace: d.Namespace, Name: d.Name, Kind: d.GVK.Kind}.String()
+// ID is the identity of the object.
+func (d ObjectDiff) ID() v1alpha1.ObjectID {
+	return v1alpha1.ObjectID{Namespace: d.Namespace, Name: d.Name, Group: d.GVK.Group, Kind: d.GVK.Kind}
 }
+
+// Describe names the object in messages: "Secret web/tls".
+func (d ObjectDiff) Describe() string { return d.ID().String() }
 
 // Changes reports whether the object would change: created, configured,
 // pruned, or a conflict that the sync would report.
