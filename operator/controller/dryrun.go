@@ -222,7 +222,8 @@ func getLive(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, 
 		if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, key, err)
+		id := v1alpha1.ObjectID{Namespace: key.Namespace, Name: key.Name, Group: gvk.Group, Kind: gvk.Kind}
+		return nil, fmt.Errorf("reading %s: %w", id, err)
 	}
 	return obj, nil
 }
