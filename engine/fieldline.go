@@ -85,3 +85,16 @@ func SplitFieldPath(field string) []string {
 	}
 	return parts
 }
+
+// MapValue returns the value of key in a mapping node, or nil.
+func MapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}

@@ -77,7 +77,7 @@ func LoadSyncFiles(name string, data []byte) ([]*SyncFile, error) {
 			continue
 		}
 		root := doc.Content[0]
-		if k := mapValue(root, "kind"); k == nil || k.Value != v1alpha1.Kind {
+		if k := MapValue(root, "kind"); k == nil || k.Value != v1alpha1.Kind {
 			continue
 		}
 		f, err := decodeSync(name, root)
@@ -108,7 +108,7 @@ func LoadSyncFile(name string, data []byte) (*SyncFile, error) {
 func decodeSync(name string, root *yaml.Node) (*SyncFile, error) {
 	f := &SyncFile{Name: name, root: root}
 	var errs FieldErrors
-	if v := mapValue(root, "apiVersion"); v == nil || v.Value != v1alpha1.GroupVersion.String() {
+	if v := MapValue(root, "apiVersion"); v == nil || v.Value != v1alpha1.GroupVersion.String() {
 		errs = append(errs, f.errorf("apiVersion", "must be %s", v1alpha1.GroupVersion))
 	}
 	checkFields(root, reflect.TypeOf(v1alpha1.ManifestSync{}), "", func(field string, n *yaml.Node, msg string) {
@@ -151,18 +151,6 @@ func (f *SyncFile) errorf(field, format string, args ...any) *FieldError {
 // Line returns the line of a field path such as "spec.targets[1].params",
 // or of its nearest ancestor that exists in the file (see FieldLine).
 func (f *SyncFile) Line(field string) int { return FieldLine(f.root, field) }
-
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
 
 var jsonUnmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
 

@@ -112,7 +112,7 @@ func readSyncDocs(c candidate) ([]*syncDoc, error) {
 			continue
 		}
 		root := doc.Content[0]
-		if k := mappingValue(root, "kind"); k == nil || k.Kind != yaml.ScalarNode || k.Value != v1alpha1.Kind {
+		if k := engine.MapValue(root, "kind"); k == nil || k.Kind != yaml.ScalarNode || k.Value != v1alpha1.Kind {
 			continue
 		}
 		var v any
@@ -129,17 +129,4 @@ func readSyncDocs(c candidate) ([]*syncDoc, error) {
 		return nil, fmt.Errorf("%s: %w", c.path, errNoSync)
 	}
 	return docs, nil
-}
-
-// mappingValue returns the value of key in a mapping node, or nil.
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
