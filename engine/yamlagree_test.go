@@ -160,3 +160,17 @@ func show(v any) string {
 	}
 	return fmt.Sprintf("%T(%v)", v, v)
 }
+
+// BenchmarkDecodeManyDocuments decodes a file of 2,000 small documents.
+func BenchmarkDecodeManyDocuments(b *testing.B) {
+	var sb strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&sb, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c%d\ndata:\n  k: v\n", i)
+	}
+	data := []byte(sb.String())
+	for b.Loop() {
+		if _, err := engine.DecodeDocuments(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

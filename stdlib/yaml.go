@@ -239,12 +239,10 @@ func contentOffset(doc []byte) int {
 	return 0
 }
 
-// decode converts the document to a JSON-shaped value. It is parsed after
-// as many empty lines as precede it, so that errors name lines of the whole
-// stream. Aliases may not expand it beyond YAMLBudget values.
+// decode converts the document to a JSON-shaped value. Aliases may not
+// expand it beyond YAMLBudget values.
 func (c yamlChunk) decode() (any, error) {
-	padded := append(bytes.Repeat([]byte("\n"), c.start-1), c.text...)
-	j, err := yaml.YAMLToJSONStrict(padded)
+	j, err := yaml.YAMLToJSONStrict(c.text)
 	if err != nil {
 		return nil, c.error(err)
 	}
@@ -267,13 +265,23 @@ type YAMLError struct {
 
 func (e *YAMLError) Error() string { return e.text }
 
-// yamlErrorRE matches the errors of sigs.k8s.io/yaml that name a line.
+// lineRE matches the lines errors of sigs.k8s.io/yaml name; yamlErrorRE
+// those errors.
+var lineRE = regexp.MustCompile(`\bline [0-9]+\b`)
+
 var yamlErrorRE = regexp.MustCompile(`^yaml: (?:unmarshal errors: )?line ([0-9]+): (.*)$`)
 
 // error is err, one line long, as a YAMLError: at the line it names, else
 // at the document's first line.
 func (c yamlChunk) error(err error) error {
-	text := flatten(err).Error()
+	// The library counts lines in the document: count them in the stream.
+	text := lineRE.ReplaceAllStringFunc(flatten(err).Error(), func(m string) string {
+		n, err := strconv.Atoi(strings.TrimPrefix(m, "line "))
+		if err != nil {
+			return m
+		}
+		return "line " + strconv.Itoa(n+c.start-1)
+	})
 	if strings.Contains(text, "unsupported map key") || strings.Contains(text, "invalid map key") {
 		// sigs.k8s.io/yaml shows the key and its value, which may be a
 		// Secret's: say what is wrong without them.
