@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // Fuzz targets for every parser of untrusted text the engine has. Their
@@ -62,8 +63,8 @@ func FuzzDecodeDocuments(f *testing.F) {
 			if d.Line < 1 || d.Line > bytes.Count(data, []byte("\n"))+1 {
 				t.Errorf("line %d of %d", d.Line, bytes.Count(data, []byte("\n"))+1)
 			}
-			if n := countNodes(t, d.Value); n > aliasBudget(len(data)) {
-				t.Errorf("line %d: %d nodes, over the budget of %d", d.Line, n, aliasBudget(len(data)))
+			if n := countNodes(t, d.Value); n > stdlib.YAMLBudget(len(data)) {
+				t.Errorf("line %d: %d nodes, over the budget of %d", d.Line, n, stdlib.YAMLBudget(len(data)))
 			}
 			enc, err := json.Marshal(d.Value)
 			if err != nil {

@@ -11,6 +11,8 @@ import (
 	apipath "k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Scope tells whether a kind is namespaced. ok is false when the kind is
@@ -266,20 +268,15 @@ func rank(kind string) int {
 	return defaultRank
 }
 
-// describe names an object for messages: "Deployment web-dev/web".
+// describe names an object for messages as v1alpha1.ObjectID does,
+// "Deployment web-dev/web", also before it is checked: a missing kind shows
+// as "object", a missing name as "(no name)", odd names quoted.
 func describe(o *unstructured.Unstructured) string {
-	kind := o.GetKind()
-	if kind == "" {
-		kind = "object"
-	}
-	name := printable(o.GetName())
-	if name == "" {
-		name = "(no name)"
-	}
-	if ns := printable(o.GetNamespace()); ns != "" {
-		return kind + " " + ns + "/" + name
-	}
-	return kind + " " + name
+	id := v1alpha1.IDOf(o)
+	id.Kind = cmp.Or(o.GetKind(), "object")
+	id.Namespace = printable(id.Namespace)
+	id.Name = cmp.Or(printable(id.Name), "(no name)")
+	return id.String()
 }
 
 // printable shows a name in a message: as it is when it is short and

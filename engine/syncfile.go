@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -78,7 +77,7 @@ func LoadSyncFiles(name string, data []byte) ([]*SyncFile, error) {
 			continue
 		}
 		root := doc.Content[0]
-		if k := mapValue(root, "kind"); k == nil || k.Value != v1alpha1.Kind {
+		if k := MapValue(root, "kind"); k == nil || k.Value != v1alpha1.Kind {
 			continue
 		}
 		f, err := decodeSync(name, root)
@@ -109,7 +108,7 @@ func LoadSyncFile(name string, data []byte) (*SyncFile, error) {
 func decodeSync(name string, root *yaml.Node) (*SyncFile, error) {
 	f := &SyncFile{Name: name, root: root}
 	var errs FieldErrors
-	if v := mapValue(root, "apiVersion"); v == nil || v.Value != v1alpha1.GroupVersion.String() {
+	if v := MapValue(root, "apiVersion"); v == nil || v.Value != v1alpha1.GroupVersion.String() {
 		errs = append(errs, f.errorf("apiVersion", "must be %s", v1alpha1.GroupVersion))
 	}
 	checkFields(root, reflect.TypeOf(v1alpha1.ManifestSync{}), "", func(field string, n *yaml.Node, msg string) {
@@ -150,62 +149,8 @@ func (f *SyncFile) errorf(field, format string, args ...any) *FieldError {
 }
 
 // Line returns the line of a field path such as "spec.targets[1].params",
-// or of its nearest ancestor that exists in the file.
-func (f *SyncFile) Line(field string) int {
-	n := f.root
-	if n == nil {
-		return 0
-	}
-	line := n.Line
-	for _, part := range splitField(field) {
-		var next *yaml.Node
-		if i, err := strconv.Atoi(part); err == nil {
-			if n.Kind == yaml.SequenceNode && i < len(n.Content) {
-				next = n.Content[i]
-			}
-		} else if n.Kind == yaml.MappingNode {
-			for j := 0; j+1 < len(n.Content); j += 2 {
-				if n.Content[j].Value == part {
-					line = n.Content[j].Line
-					next = n.Content[j+1]
-					break
-				}
-			}
-		}
-		if next == nil {
-			return line
-		}
-		n = next
-		if n.Kind != yaml.ScalarNode {
-			line = n.Line
-		}
-	}
-	return line
-}
-
-// splitField splits "spec.targets[1].name" into spec, targets, 1, name.
-func splitField(field string) []string {
-	field = strings.NewReplacer("[", ".", "]", "").Replace(field)
-	var parts []string
-	for _, p := range strings.Split(field, ".") {
-		if p != "" {
-			parts = append(parts, p)
-		}
-	}
-	return parts
-}
-
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
+// or of its nearest ancestor that exists in the file (see FieldLine).
+func (f *SyncFile) Line(field string) int { return FieldLine(f.root, field) }
 
 var jsonUnmarshaler = reflect.TypeOf((*json.Unmarshaler)(nil)).Elem()
 

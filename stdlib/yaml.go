@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"go.starlark.net/starlark"
@@ -112,17 +114,50 @@ func yamlEncodeAll(thread *starlark.Thread, b *starlark.Builtin, args starlark.T
 	return starlark.String(sb.String()), nil
 }
 
+// YAMLDocument is one document of a YAML (or JSON) stream.
+type YAMLDocument struct {
+	Line  int // line of the document's first line of content
+	Value any // JSON-shaped: map[string]any, []any, string, bool, int64, float64
+}
+
+// DecodeYAMLStream decodes every document of a YAML (or JSON) stream the
+// way kubectl does: the stream is cut at its "---" lines
+// (k8s.io/apimachinery's YAMLReader) and each document is read by
+// sigs.k8s.io/yaml, so YAML 1.1 booleans (yes, no, on, off, y, n) are
+// booleans, as values and as keys, and duplicate keys are errors. Numbers
+// are read as JSON numbers: whole ones that fit (1, 1.0, 1e3) are int64,
+// others float64. Empty and null documents are skipped. It is the one decoder of the core: ctx.inputs and the yaml module
+// both read files with it. Errors name the document's index and its line in
+// the whole stream.
+func DecodeYAMLStream(data []byte) ([]YAMLDocument, error) {
+	chunks, err := splitYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	out := []YAMLDocument{}
+	for i, c := range chunks {
+		v, err := c.decode()
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if v != nil {
+			out = append(out, YAMLDocument{Line: c.line, Value: v})
+		}
+	}
+	return out, nil
+}
+
 // decodeYAML parses exactly one YAML document (or none, giving nil) into a
 // JSON-shaped Go value.
 func decodeYAML(data []byte) (any, error) {
-	docs, err := splitYAML(data)
+	chunks, err := splitYAML(data)
 	if err != nil {
 		return nil, err
 	}
 	var out any
 	n := 0
-	for _, doc := range docs {
-		v, err := yamlDocument(doc)
+	for _, c := range chunks {
+		v, err := c.decode()
 		if err != nil {
 			return nil, err
 		}
@@ -139,47 +174,145 @@ func decodeYAML(data []byte) (any, error) {
 
 // decodeYAMLStream parses every non-empty document of a YAML stream.
 func decodeYAMLStream(data []byte) ([]any, error) {
-	docs, err := splitYAML(data)
+	docs, err := DecodeYAMLStream(data)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
-	for i, doc := range docs {
-		v, err := yamlDocument(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if v != nil {
-			out = append(out, v)
-		}
+	out := make([]any, len(docs))
+	for i, d := range docs {
+		out[i] = d.Value
 	}
 	return out, nil
 }
 
-// splitYAML cuts a YAML stream at its "---" lines, as kubectl does.
-func splitYAML(data []byte) ([][]byte, error) {
+// yamlChunk is one document of a stream: its text and the line it starts on.
+type yamlChunk struct {
+	text  []byte
+	start int // line of the chunk's first line
+	line  int // line of its first line of content
+}
+
+// splitYAML cuts a YAML stream at its "---" lines, as kubectl does, and
+// keeps where each document starts.
+func splitYAML(data []byte) ([]yamlChunk, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
+	var chunks []yamlChunk
+	pos := 0
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			return docs, nil
+			return chunks, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		docs = append(docs, doc)
+		// The reader drops separator lines that end a document, keeps
+		// one that starts it, and ends the last line with "\n": skip
+		// dropped lines to find where the document starts in data.
+		body := bytes.TrimSuffix(doc, []byte("\n"))
+		for pos < len(data) && !bytes.HasPrefix(data[pos:], body) {
+			nl := bytes.IndexByte(data[pos:], '\n')
+			if nl < 0 {
+				pos = len(data)
+				break
+			}
+			pos += nl + 1
+		}
+		start := bytes.Count(data[:pos], []byte("\n")) + 1
+		chunks = append(chunks, yamlChunk{text: doc, start: start, line: start + contentOffset(doc)})
+		pos = min(pos+len(doc), len(data))
 	}
 }
 
-// yamlDocument converts one YAML document to a JSON-shaped value; integers
-// become int64 and other numbers float64.
-func yamlDocument(doc []byte) (any, error) {
-	j, err := yaml.YAMLToJSONStrict(doc)
-	if err != nil {
-		return nil, flatten(err)
+// contentOffset counts the lines before the first one of doc that holds
+// content (not blank, a comment, a directive or a "---" line).
+func contentOffset(doc []byte) int {
+	n := 0
+	for line := range bytes.Lines(doc) {
+		t := bytes.TrimSpace(line)
+		sep := bytes.HasPrefix(t, []byte("---")) && (len(t) == 3 || t[3] == ' ' || t[3] == '#')
+		if len(t) > 0 && t[0] != '#' && t[0] != '%' && !sep {
+			return n
+		}
+		n++
 	}
-	return decodeJSON(j)
+	return 0
+}
+
+// decode converts the document to a JSON-shaped value. Aliases may not
+// expand it beyond YAMLBudget values.
+func (c yamlChunk) decode() (any, error) {
+	j, err := yaml.YAMLToJSONStrict(c.text)
+	if err != nil {
+		return nil, c.error(err)
+	}
+	v, err := decodeJSON(j)
+	if err != nil {
+		return nil, c.error(err)
+	}
+	if n, budget := countValues(v), YAMLBudget(len(c.text)); n > budget {
+		return nil, c.error(fmt.Errorf("aliases expand the document to %d values, more than %d", n, budget))
+	}
+	return v, nil
+}
+
+// YAMLError is an error at a line of a YAML stream.
+type YAMLError struct {
+	Line int    // counted in the whole stream, from 1
+	Msg  string // what is wrong, without the line
+	text string // the error as the YAML library words it
+}
+
+func (e *YAMLError) Error() string { return e.text }
+
+// lineRE matches the lines errors of sigs.k8s.io/yaml name; yamlErrorRE
+// those errors.
+var lineRE = regexp.MustCompile(`\bline [0-9]+\b`)
+
+var yamlErrorRE = regexp.MustCompile(`^yaml: (?:unmarshal errors: )?line ([0-9]+): (.*)$`)
+
+// error is err, one line long, as a YAMLError: at the line it names, else
+// at the document's first line.
+func (c yamlChunk) error(err error) error {
+	// The library counts lines in the document: count them in the stream.
+	text := lineRE.ReplaceAllStringFunc(flatten(err).Error(), func(m string) string {
+		n, err := strconv.Atoi(strings.TrimPrefix(m, "line "))
+		if err != nil {
+			return m
+		}
+		return "line " + strconv.Itoa(n+c.start-1)
+	})
+	if strings.Contains(text, "unsupported map key") || strings.Contains(text, "invalid map key") {
+		// sigs.k8s.io/yaml shows the key and its value, which may be a
+		// Secret's: say what is wrong without them.
+		text = "yaml: a mapping key is null, a list or a map (keys are strings, numbers or booleans)"
+	}
+	if m := yamlErrorRE.FindStringSubmatch(text); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return &YAMLError{Line: n, Msg: m[2], text: text}
+		}
+	}
+	return &YAMLError{Line: c.line, Msg: text, text: fmt.Sprintf("line %d: %s", c.line, text)}
+}
+
+// YAMLBudget bounds how many values a document of size bytes may expand to
+// through aliases (a "billion laughs").
+func YAMLBudget(size int) int { return 100*size + 10_000 }
+
+// countValues counts the values of a JSON-shaped value.
+func countValues(v any) int {
+	n := 1
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			n += countValues(e)
+		}
+	case []any:
+		for _, e := range v {
+			n += countValues(e)
+		}
+	}
+	return n
 }
 
 // flatten puts a multi-line YAML error on one line:

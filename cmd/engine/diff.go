@@ -313,10 +313,7 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 // writeDiff writes the unified diff of one object, YAML against YAML, with
 // Secret data masked.
 func writeDiff(w io.Writer, d controller.ObjectDiff) error {
-	name := d.Target + "/" + d.GVK.Kind + " " + d.Name
-	if d.Namespace != "" {
-		name = d.Target + "/" + d.GVK.Kind + " " + d.Namespace + "/" + d.Name
-	}
+	name := d.Target + "/" + d.Describe()
 	return writeObjectDiff(w, "live/"+name, "desired/"+name, d.Live, d.Desired, nil)
 }
 

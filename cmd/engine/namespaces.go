@@ -152,7 +152,7 @@ func parseNamespaces(name string, data []byte) ([]placedNamespace, error) {
 		case "Namespace":
 			items = []*yaml.Node{root}
 		case "List", "NamespaceList":
-			list := mappingValue(root, "items")
+			list := engine.MapValue(root, "items")
 			if list == nil || list.Tag == "!!null" {
 				continue
 			}
@@ -183,10 +183,10 @@ func kindOf(n *yaml.Node, item bool) (string, error) {
 	if n.Kind != yaml.MappingNode {
 		return "", errors.New("not an object")
 	}
-	if v := mappingValue(n, "apiVersion"); v != nil && v.Value != "v1" {
+	if v := engine.MapValue(n, "apiVersion"); v != nil && v.Value != "v1" {
 		return "", fmt.Errorf("apiVersion %q, want v1", v.Value)
 	}
-	k := mappingValue(n, "kind")
+	k := engine.MapValue(n, "kind")
 	switch {
 	case k != nil && k.Kind == yaml.ScalarNode && k.Value != "":
 		return k.Value, nil
@@ -208,24 +208,24 @@ func namespaceOf(n *yaml.Node, item bool) (engine.Namespace, int, error) {
 	if kind != "Namespace" {
 		return ns, n.Line, fmt.Errorf("a %s, want a Namespace", kind)
 	}
-	md := mappingValue(n, "metadata")
+	md := engine.MapValue(n, "metadata")
 	if md == nil || md.Kind != yaml.MappingNode {
 		return ns, n.Line, errors.New("metadata: want an object")
 	}
-	if name := mappingValue(md, "name"); name != nil {
+	if name := engine.MapValue(md, "name"); name != nil {
 		if name.Kind != yaml.ScalarNode {
 			return ns, name.Line, errors.New("metadata.name: want a string")
 		}
 		ns.Name = name.Value
 	}
 	if ns.Name == "" {
-		return ns, fieldLine(n, "metadata"), errors.New("metadata.name: missing")
+		return ns, engine.FieldLine(n, "metadata"), errors.New("metadata.name: missing")
 	}
 	if err := checkNamespaceName(ns.Name); err != nil {
-		return ns, fieldLine(n, "metadata.name"), fmt.Errorf("metadata.name: %w", err)
+		return ns, engine.FieldLine(n, "metadata.name"), fmt.Errorf("metadata.name: %w", err)
 	}
 	ns.Labels = map[string]string{}
-	if labels := mappingValue(md, "labels"); labels != nil && labels.Tag != "!!null" {
+	if labels := engine.MapValue(md, "labels"); labels != nil && labels.Tag != "!!null" {
 		if labels.Kind != yaml.MappingNode {
 			return ns, labels.Line, errors.New("metadata.labels: want an object")
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -76,8 +75,8 @@ type syncDoc struct {
 	data []byte // the whole file, for the lines errors name
 }
 
-// line returns the line of a field path of the document; see fieldLine.
-func (d *syncDoc) line(field string) int { return fieldLine(d.root, field) }
+// line returns the line of a field path of the document; see engine.FieldLine.
+func (d *syncDoc) line(field string) int { return engine.FieldLine(d.root, field) }
 
 // kindLine matches a block-style "kind: ManifestSync" line, to tell a
 // malformed ManifestSync from some other malformed YAML file.
@@ -113,7 +112,7 @@ func readSyncDocs(c candidate) ([]*syncDoc, error) {
 			continue
 		}
 		root := doc.Content[0]
-		if k := mappingValue(root, "kind"); k == nil || k.Kind != yaml.ScalarNode || k.Value != v1alpha1.Kind {
+		if k := engine.MapValue(root, "kind"); k == nil || k.Kind != yaml.ScalarNode || k.Value != v1alpha1.Kind {
 			continue
 		}
 		var v any
@@ -130,81 +129,4 @@ func readSyncDocs(c candidate) ([]*syncDoc, error) {
 		return nil, fmt.Errorf("%s: %w", c.path, errNoSync)
 	}
 	return docs, nil
-}
-
-// mappingValue returns the value of key in a mapping node, or nil.
-func mappingValue(n *yaml.Node, key string) *yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// fieldLine returns the line of a field path in a YAML document: the line of
-// the field's key, or of the list item for an index. Paths are those of
-// Kubernetes field errors, "spec.targets[1].params" or
-// "metadata.labels[app.kubernetes.io/name]"; when the field is absent, the
-// line of its nearest ancestor that is present. It is what
-// engine.SyncFile.Line does for a file that loaded, here for documents that
-// may break the CRD.
-func fieldLine(root *yaml.Node, field string) int {
-	n, line := root, root.Line
-	for _, part := range splitFieldPath(field) {
-		for n.Kind == yaml.AliasNode && n.Alias != nil {
-			n = n.Alias
-		}
-		var next *yaml.Node
-		switch n.Kind {
-		case yaml.SequenceNode:
-			if i, err := strconv.Atoi(part); err == nil && i >= 0 && i < len(n.Content) {
-				next = n.Content[i]
-				line = next.Line
-			}
-		case yaml.MappingNode:
-			for j := 0; j+1 < len(n.Content); j += 2 {
-				if n.Content[j].Value == part {
-					next = n.Content[j+1]
-					line = n.Content[j].Line
-					break
-				}
-			}
-		}
-		if next == nil {
-			break
-		}
-		n = next
-	}
-	return line
-}
-
-// splitFieldPath splits "spec.targets[1].labels[a.b/c]" into spec, targets,
-// 1, labels, a.b/c: dots separate fields, brackets hold an index or a key.
-func splitFieldPath(field string) []string {
-	var parts []string
-	for field != "" {
-		switch field[0] {
-		case '.':
-			field = field[1:]
-		case '[':
-			end := strings.IndexByte(field, ']')
-			if end < 0 {
-				return append(parts, field[1:])
-			}
-			parts = append(parts, field[1:end])
-			field = field[end+1:]
-		default:
-			end := strings.IndexAny(field, ".[")
-			if end < 0 {
-				end = len(field)
-			}
-			parts = append(parts, field[:end])
-			field = field[end:]
-		}
-	}
-	return parts
 }

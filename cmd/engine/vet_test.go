@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"go.yaml.in/yaml/v3"
 )
 
 // vetFixtures runs engine vet over testdata/vet with its policy package and
@@ -224,42 +223,5 @@ func TestVetJSON(t *testing.T) {
 	}
 	if len(rep.Errors) != 1 || !strings.Contains(rep.Errors[0].Message, "unknown binary op") {
 		t.Errorf("errors %+v, want the evalerr fixture's", rep.Errors)
-	}
-}
-
-func TestFieldLine(t *testing.T) {
-	const doc = `apiVersion: manifestsync.dev/v1alpha1
-kind: ManifestSync
-metadata:
-  name: web
-  labels: {app.kubernetes.io/name: web}
-spec:
-  sources:
-  - name: app
-    git: {url: x}
-  - name: tls
-    object:
-      kind: Secret
-  targets: &targets
-  - name: dev
-`
-	var n yaml.Node
-	if err := yaml.Unmarshal([]byte(doc), &n); err != nil {
-		t.Fatal(err)
-	}
-	root := n.Content[0]
-	for field, want := range map[string]int{
-		"":                            1,
-		"spec":                        6,
-		"spec.sources[0]":             8,
-		"spec.sources[1].object.kind": 12,
-		"spec.sources[1].object.name": 11, // absent: its parent
-		"spec.sources[7]":             7,
-		"spec.targets[0].name":        14,
-		"metadata.labels[app.kubernetes.io/name]": 5,
-	} {
-		if got := fieldLine(root, field); got != want {
-			t.Errorf("fieldLine(%q) = %d, want %d", field, got, want)
-		}
 	}
 }

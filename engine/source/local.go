@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Limits bound what a source may hold, so that a mistaken path (a home
@@ -124,7 +125,7 @@ func ObjectFileIn(dir, name string) (*engine.Snapshot, error) {
 func ObjectBytes(name string, b []byte) (*engine.Snapshot, error) {
 	docs, err := engine.DecodeDocuments(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, engine.FileError(name, err)
 	}
 	var objs []map[string]any
 	for _, d := range docs {
@@ -161,7 +162,8 @@ type ObjectGetter interface {
 func Object(ctx context.Context, g ObjectGetter, apiVersion, kind, namespace, name string) (*engine.Snapshot, error) {
 	obj, err := g.GetObject(ctx, apiVersion, kind, namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, err)
+		id := v1alpha1.ObjectID{Namespace: namespace, Name: name, Kind: kind}
+		return nil, fmt.Errorf("%s: %w", id, err)
 	}
 	return ObjectSnapshot(obj), nil
 }

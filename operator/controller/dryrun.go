@@ -43,10 +43,13 @@ type ObjectDiff struct {
 	Err error
 }
 
-// Describe names the object in messages: "Secret web/tls".
-func (d ObjectDiff) Describe() string {
-	return v1alpha1.ObjectID{Namespace: d.Namespace, Name: d.Name, Kind: d.GVK.Kind}.String()
+// ID is the identity of the object.
+func (d ObjectDiff) ID() v1alpha1.ObjectID {
+	return v1alpha1.ObjectID{Namespace: d.Namespace, Name: d.Name, Group: d.GVK.Group, Kind: d.GVK.Kind}
 }
+
+// Describe names the object in messages: "Secret web/tls".
+func (d ObjectDiff) Describe() string { return d.ID().String() }
 
 // Changes reports whether the object would change: created, configured,
 // pruned, or a conflict that the sync would report.
@@ -219,7 +222,8 @@ func getLive(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, 
 		if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, key, err)
+		id := v1alpha1.ObjectID{Namespace: key.Namespace, Name: key.Name, Group: gvk.Group, Kind: gvk.Kind}
+		return nil, fmt.Errorf("reading %s: %w", id, err)
 	}
 	return obj, nil
 }

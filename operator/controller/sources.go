@@ -103,7 +103,7 @@ type objectRef struct {
 }
 
 func (o objectRef) String() string {
-	return fmt.Sprintf("%s %s/%s", o.gvk.Kind, o.namespace, o.name)
+	return v1alpha1.ObjectID{Namespace: o.namespace, Name: o.name, Group: o.gvk.Group, Kind: o.gvk.Kind}.String()
 }
 
 // indexKey is the object's key in the ManifestSync index of object sources.

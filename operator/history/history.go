@@ -16,6 +16,7 @@
 package history
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,8 +111,9 @@ func Pin(ms *v1alpha1.ManifestSync, n int) (*Result, error) {
 			res.Notes = append(res.Notes, fmt.Sprintf("source %q was added after that entry: left as it is", src.Name))
 		case src.Object != nil:
 			if cur := currentRevision(ms, src.Name); cur != rev {
-				res.Notes = append(res.Notes, fmt.Sprintf("source %q is an object (%s %s): objects cannot be pinned, it stays as it is live (that entry read %s)",
-					src.Name, src.Object.Kind, src.Object.Name, rev))
+				id := v1alpha1.ObjectID{Namespace: cmp.Or(src.Object.Namespace, ms.Namespace), Name: src.Object.Name, Kind: src.Object.Kind}
+				res.Notes = append(res.Notes, fmt.Sprintf("source %q is an object (%s): objects cannot be pinned, it stays as it is live (that entry read %s)",
+					src.Name, id, rev))
 			}
 		case src.Git != nil:
 			commit, ok := commitOf(rev)

@@ -51,7 +51,7 @@ func TestPinAndUnpin(t *testing.T) {
 	}
 	// The object source and the changed params are named; the kustomize
 	// source follows its base silently.
-	if len(res.Notes) != 2 || !strings.Contains(res.Notes[0], `source "tls" is an object`) || !strings.Contains(res.Notes[1], "spec.params") || res.Complete() {
+	if len(res.Notes) != 2 || !strings.Contains(res.Notes[0], `source "tls" is an object (Secret platform/tls)`) || !strings.Contains(res.Notes[1], "spec.params") || res.Complete() {
 		t.Errorf("notes: %q", res.Notes)
 	}
 	var rec Record

@@ -34,6 +34,23 @@ func (id ObjectID) String() string {
 	return id.Kind + " " + id.Namespace + "/" + id.Name
 }
 
+// ParseObjectID reads the form String writes: "Kind namespace/name" or,
+// for a cluster-scoped object, "Kind name". The group is not part of it.
+func ParseObjectID(s string) (ObjectID, error) {
+	kind, rest, ok := strings.Cut(s, " ")
+	if !ok || kind == "" || rest == "" || strings.ContainsAny(kind, "/_") || strings.Contains(rest, " ") {
+		return ObjectID{}, fmt.Errorf("object %q: want \"Kind namespace/name\" or \"Kind name\"", s)
+	}
+	ns, name, namespaced := strings.Cut(rest, "/")
+	if !namespaced {
+		return ObjectID{Name: rest, Kind: kind}, nil
+	}
+	if ns == "" || name == "" || strings.Contains(name, "/") {
+		return ObjectID{}, fmt.Errorf("object %q: want \"Kind namespace/name\" or \"Kind name\"", s)
+	}
+	return ObjectID{Namespace: ns, Name: name, Kind: kind}, nil
+}
+
 // InventoryID is the form status.inventory stores:
 // "web-dev_web_apps_Deployment".
 func (id ObjectID) InventoryID() string {

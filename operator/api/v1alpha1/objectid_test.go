@@ -35,3 +35,24 @@ func TestObjectID(t *testing.T) {
 		}
 	}
 }
+
+// The people's form parses back to the same identity, but for the group,
+// which it does not carry.
+func TestParseObjectID(t *testing.T) {
+	for _, id := range []ObjectID{
+		{Namespace: "web-dev", Name: "web", Group: "apps", Kind: "Deployment"},
+		{Name: "view.x", Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"},
+		{Namespace: "a", Name: "tls", Kind: "Secret"},
+	} {
+		back, err := ParseObjectID(id.String())
+		id.Group = ""
+		if err != nil || back != id {
+			t.Errorf("%s: parsed back as %+v, %v", id, back, err)
+		}
+	}
+	for _, bad := range []string{"", "Deployment", "Deployment ", " web", "Deployment a/", "Deployment /b", "Deployment a/b/c", "Deployment a b", "apps/Deployment a/b"} {
+		if id, err := ParseObjectID(bad); err == nil {
+			t.Errorf("%q parsed as %+v", bad, id)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// TestCollisionsNameObjectsAsObjectID: the engine names objects in
+// collisions and errors as v1alpha1.ObjectID does (what inventory, vet,
+// diff and the status view print), and the name parses back.
+func TestCollisionsNameObjectsAsObjectID(t *testing.T) {
+	objs := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}},
+		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "view.x"}}},
+	}
+	a := &TargetResult{Name: "a", Objects: objs}
+	b := &TargetResult{Name: "b", Objects: objs}
+	refuseCollisions([]*TargetResult{a, b}, []string{"", ""})
+	if len(a.Collisions) != len(objs) {
+		t.Fatalf("collisions %+v, want one per object", a.Collisions)
+	}
+	for i, c := range a.Collisions {
+		id := v1alpha1.IDOf(objs[i])
+		if c.Object != id.String() {
+			t.Errorf("collision names %q, ObjectID %q", c.Object, id)
+		}
+		back, err := v1alpha1.ParseObjectID(c.Object)
+		if id.Group = ""; err != nil || back != id {
+			t.Errorf("%q parses as %+v, %v; want %+v", c.Object, back, err, id)
+		}
+	}
+	// Before an object is checked, the same form with stand-ins.
+	for want, obj := range map[string]map[string]any{
+		"object (no name)":         {},
+		`Secret ns/"a\x00b"`:       {"kind": "Secret", "metadata": map[string]any{"name": "a\x00b", "namespace": "ns"}},
+		"ConfigMap (no name)":      {"apiVersion": "v1", "kind": "ConfigMap"},
+		"ConfigMap web-dev/config": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "config", "namespace": "web-dev"}},
+	} {
+		if got := describe(&unstructured.Unstructured{Object: obj}); got != want {
+			t.Errorf("describe(%v) = %q, want %q", obj, got, want)
+		}
+	}
+}
