@@ -79,13 +79,13 @@ func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]stri
 			snap, err = fetchGit(ctx, dir, s.Name, g)
 		case overridden:
 			gdir, gname := givenTree(p)
-			snap, err = readLocalSource(s, gdir, gname)
+			snap, err = readLocalSource(sf, s, gdir, gname)
 			localRevision(s, p, snap)
 		case s.Kustomize != nil:
 			continue // built by the engine
 		case conventionalPath(dir, s.Name) != "":
 			local := filepath.Base(conventionalPath(dir, s.Name))
-			snap, err = readLocalSource(s, dir, local)
+			snap, err = readLocalSource(sf, s, dir, local)
 			localRevision(s, local, snap) // named from the sync file's directory, wherever eval runs
 		case s.Git != nil:
 			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
@@ -145,12 +145,31 @@ type sourceError struct {
 func (e *sourceError) Error() string { return e.err.Error() }
 func (e *sourceError) Unwrap() error { return e.err }
 
-func readLocalSource(s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
-	snap, err := readLocal(dir, name, s.Object != nil)
+func readLocalSource(sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+	var (
+		snap *engine.Snapshot
+		err  error
+	)
+	if s.Objects != nil {
+		snap, err = readObjectSet(sf, s, dir, name)
+	} else {
+		snap, err = readLocal(dir, name, s.Object != nil)
+	}
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
 	}
 	return snap, nil
+}
+
+// readObjectSet reads an object set source from name inside the tree dir:
+// the objects of its files that the set selects, as the operator would
+// select them in a cluster.
+func readObjectSet(sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+	set, err := engine.CompileObjectSet(s.Objects, sf.Sync.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return source.ObjectSetFileIn(dir, name, set)
 }
 
 // givenTree splits a path given on the command line into the tree it is
