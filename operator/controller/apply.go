@@ -43,6 +43,8 @@ type Change struct {
 	Fields string
 	// Err says why the object failed or conflicts.
 	Err error
+	// digest is the desired object's (DigestAnnotation).
+	digest string
 
 	// result is, in a dry run, the object sent and, once applied, as the
 	// API server returned it; DryRun compares it with the live object.
@@ -83,7 +85,7 @@ type applier struct {
 
 // apply applies desired, whose digest is given, and says what happened.
 func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured, digest, target string) Change {
-	ch := Change{Item: itemOf(desired, target)}
+	ch := Change{Item: itemOf(desired, target), digest: digest}
 	policy, err := a.policyOf(desired)
 	if err != nil {
 		return ch.failed(err)

@@ -80,6 +80,8 @@ type appliedObject struct {
 	// fields is the digest of the fields we owned after the apply
 	// (ownedFields): their change is drift.
 	fields string
+	// digest is the desired object's digest that was applied.
+	digest string
 	// missing is set when the object was deleted by someone else and the
 	// drift policy left it so: it stays in the inventory.
 	missing bool
