@@ -1,0 +1,279 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// indexObjectSets holds, for each object set source of a ManifestSync,
+// "group/Kind/namespace" per kind it reads ("group/Kind/*" with a
+// namespaceSelector, "*/namespace" for the whole namespace), and
+// setsOfAnyNamespace when a namespaceSelector makes it follow namespaces.
+const (
+	indexObjectSets    = "manifestsync.dev/object-sets"
+	setsOfAnyNamespace = "namespaces"
+)
+
+// setupObjectSets registers the index the watches of object sets map
+// their events through.
+func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) error {
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	r.kinds = memory.NewMemCacheClient(dc)
+	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexObjectSets, func(o client.Object) []string {
+		return objectSetIndexKeys(o.(*v1alpha1.ManifestSync))
+	})
+}
+
+// objectSetIndexKeys are the index keys of every object set source of ms.
+func objectSetIndexKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, s := range ms.Spec.Sources {
+		if s.Objects == nil {
+			continue
+		}
+		set, err := engine.CompileObjectSet(s.Objects, ms.Namespace)
+		if err != nil {
+			continue
+		}
+		ns := set.Namespace
+		if set.NamespaceSelector != nil {
+			ns = anyNamespace
+			keys = append(keys, setsOfAnyNamespace)
+		}
+		if set.WholeNamespace() {
+			keys = append(keys, "*/"+ns)
+		}
+		for _, gvk := range set.Kinds {
+			keys = append(keys, setIndexKey(gvk, ns))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+func setIndexKey(gvk schema.GroupVersionKind, namespace string) string {
+	return gvk.Group + "/" + gvk.Kind + "/" + namespace
+}
+
+// forObjectSet maps an object of kind gvk to the ManifestSyncs whose
+// object sets may hold it. Whether they do is for their reconcile to say:
+// it costs a list of the metadata cache.
+func (r *Reconciler) forObjectSet(gvk schema.GroupVersionKind) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, key := range []string{setIndexKey(gvk, obj.GetNamespace()), setIndexKey(gvk, anyNamespace), "*/" + obj.GetNamespace()} {
+			reqs = append(reqs, r.listBy(ctx, indexObjectSets, key)...)
+		}
+		return reqs
+	}
+}
+
+// objectSet watches the metadata of the objects of kind gvk in namespace,
+// for object sets, and returns the cache of it once it has synced: a set
+// is decided on a list, which a cache that is still starting would get
+// wrong.
+func (w *watches) objectSet(ctx context.Context, gvk schema.GroupVersionKind, namespace string, h handler.MapFunc) (client.Reader, error) {
+	c, err := w.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, handler.EnqueueRequestsFromMapFunc(h))
+	if err != nil {
+		return nil, err
+	}
+	if ca, ok := c.(cache.Cache); ok {
+		ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
+		defer cancel()
+		if !ca.WaitForCacheSync(ctx) {
+			return nil, fmt.Errorf("the cache of namespace %q did not sync within %v", namespace, cacheSyncTimeout)
+		}
+	}
+	return c, nil
+}
+
+// cacheSyncTimeout bounds the wait for a new namespace cache to sync.
+const cacheSyncTimeout = 30 * time.Second
+
+// objectSetSource reads an object set source. What the set holds is
+// decided on the metadata cache (labels, names, annotations); a body is
+// read from the API server, as the ManifestSync's service account, only
+// when the object is new to the set or its resourceVersion changed. Every
+// object of another namespace must share itself with the ManifestSync's
+// namespace (AllowNamespacesAnnotation), or the source fails naming it.
+func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSetSource, st *syncState) (*engine.Snapshot, error) {
+	set, err := engine.CompileObjectSet(o, ms.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	namespaces, err := r.setNamespaces(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	kinds := set.Kinds
+	if set.WholeNamespace() {
+		if kinds, err = r.namespacedKinds(); err != nil {
+			return nil, err
+		}
+	}
+	reader, err := r.reader(ms)
+	if err != nil {
+		return nil, err
+	}
+	var objs []map[string]any
+	read := map[objectRef]bool{}
+	for _, ns := range namespaces {
+		for _, gvk := range kinds {
+			got, err := r.readSetKind(ctx, ms, set, reader, gvk, ns, st)
+			if err != nil {
+				return nil, err
+			}
+			for _, g := range got {
+				read[g.ref] = true
+				objs = append(objs, g.obj)
+			}
+		}
+	}
+	forgetSetBodies(ms, set, read, st)
+	return engine.ObjectSetSnapshot(objs), nil
+}
+
+// setObject is an object read for a set.
+type setObject struct {
+	ref objectRef
+	obj map[string]any
+}
+
+// readSetKind reads the objects of kind gvk in namespace that set holds.
+func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
+	cached, err := r.watches.objectSet(ctx, gvk, ns, r.forObjectSet(gvk))
+	if err != nil {
+		return nil, fmt.Errorf("%s in namespace %q: watching: %w", gvk.Kind, ns, err)
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := cached.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: set.Labels}); err != nil {
+		return nil, fmt.Errorf("listing %s in namespace %q: %w", gvk.Kind, ns, err)
+	}
+	var out []setObject
+	for i := range list.Items {
+		meta := &list.Items[i]
+		if !set.Selects(gvk, meta) {
+			continue
+		}
+		ref := objectRef{gvk: gvk, namespace: ns, name: meta.Name}
+		if err := allowed(ms, ref, meta.Annotations); err != nil {
+			return nil, err
+		}
+		snap := st.sources[ref]
+		if snap == nil || snap.Revision != "resourceVersion:"+meta.ResourceVersion {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			if err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: meta.Name}, obj); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue // gone since the cache listed it; its delete event follows
+				}
+				return nil, fmt.Errorf("%s: %w", ref, err)
+			}
+			// The body decides, should the cache lag behind it.
+			if !set.Selects(gvk, obj) {
+				continue
+			}
+			if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+				return nil, err
+			}
+			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
+			snap = source.ObjectSnapshot(obj.Object)
+			st.sources[ref] = snap
+		}
+		if set.SelectsBody(snap.Object) {
+			out = append(out, setObject{ref: ref, obj: snap.Object})
+		}
+	}
+	return out, nil
+}
+
+// forgetSetBodies drops the bodies kept of objects set no longer holds,
+// unless an object source of ms reads them.
+func forgetSetBodies(ms *v1alpha1.ManifestSync, set *engine.ObjectSet, read map[objectRef]bool, st *syncState) {
+	keep := map[string]bool{}
+	for _, k := range sourceIndexKeys(ms) {
+		keep[k] = true
+	}
+	for ref := range st.sources {
+		inSet := (set.WholeNamespace() || slices.Contains(set.Kinds, ref.gvk)) &&
+			(set.NamespaceSelector != nil || ref.namespace == set.Namespace)
+		if inSet && !read[ref] && !keep[ref.indexKey()] {
+			delete(st.sources, ref)
+		}
+	}
+}
+
+// setNamespaces are the namespaces set reads: its one namespace, or those
+// of the cluster its namespaceSelector picks (from the metadata cache).
+func (r *Reconciler) setNamespaces(ctx context.Context, set *engine.ObjectSet) ([]string, error) {
+	if set.NamespaceSelector == nil {
+		return []string{set.Namespace}, nil
+	}
+	all, err := Namespaces(ctx, r.Client)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range all {
+		if set.SelectsNamespace(ns.Name, ns.Labels) {
+			out = append(out, ns.Name)
+		}
+	}
+	return out, nil
+}
+
+// namespacedKinds are the kinds the whole-namespace form reads, by
+// discovery (cached for the operator's life: a kind served later is read
+// after a restart): the
+// preferred version of every namespaced kind that can be listed and
+// watched, but those WholeNamespaceKind leaves out.
+func (r *Reconciler) namespacedKinds() ([]schema.GroupVersionKind, error) {
+	if r.kinds == nil {
+		return nil, fmt.Errorf("discovery is not wired")
+	}
+	lists, err := discovery.ServerPreferredNamespacedResources(r.kinds)
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	var out []schema.GroupVersionKind
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range l.APIResources {
+			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
+				continue
+			}
+			gvk := gv.WithKind(res.Kind)
+			if engine.WholeNamespaceKind(gvk.GroupKind()) {
+				out = append(out, gvk)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
