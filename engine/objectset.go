@@ -100,13 +100,15 @@ func parseKind(apiVersion, kind string) (schema.GroupVersionKind, error) {
 func (s *ObjectSet) WholeNamespace() bool { return s.Kinds == nil }
 
 // wholeNamespaceSkips are the kinds the whole-namespace form leaves out:
-// those the cluster makes and keeps itself.
+// those the cluster makes and keeps itself, and ManifestSyncs.
 var wholeNamespaceSkips = []schema.GroupKind{
 	{Kind: "Event"}, {Group: "events.k8s.io", Kind: "Event"},
 	{Kind: "Pod"}, {Kind: "Endpoints"},
 	{Group: "apps", Kind: "ReplicaSet"}, {Group: "apps", Kind: "ControllerRevision"},
 	{Group: "discovery.k8s.io", Kind: "EndpointSlice"},
 	{Group: "coordination.k8s.io", Kind: "Lease"},
+	// A ManifestSync is not copied by another one's whole namespace.
+	{Group: v1alpha1.GroupVersion.Group, Kind: v1alpha1.Kind},
 }
 
 // WholeNamespaceKind reports whether the whole-namespace form reads the

@@ -76,7 +76,8 @@ func TestValidateObjectSet(t *testing.T) {
 	}
 }
 
-// The whole-namespace form leaves out what the cluster makes itself.
+// The whole-namespace form leaves out what the cluster makes itself, and
+// ManifestSyncs.
 func TestObjectSetWholeNamespace(t *testing.T) {
 	set, err := engine.CompileObjectSet(&v1alpha1.ObjectSetSource{Namespace: "shop"}, "home")
 	if err != nil {
@@ -100,6 +101,7 @@ func TestObjectSetWholeNamespace(t *testing.T) {
 		obj("apps/v1", "ReplicaSet", "web-1", nil),
 		obj("discovery.k8s.io/v1", "EndpointSlice", "web-x", nil),
 		obj("coordination.k8s.io/v1", "Lease", "l", nil),
+		obj("manifestsync.dev/v1alpha1", "ManifestSync", "m", nil),
 		owned,
 		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "other", "name": "elsewhere"}},
 	}

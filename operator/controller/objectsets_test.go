@@ -3,15 +3,18 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // Mirroring, as reflector and replicator do it: every Secret of namespace
@@ -88,6 +91,10 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	}
 
 	// A sixth Secret is labelled: it is everywhere within 2 s.
+	before, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sixth.Labels = labelled
 	if err := env.Client.Update(ctx, sixth); err != nil {
 		t.Fatal(err)
@@ -109,6 +116,17 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The copies of the five others were not applied again: one apply
+	// per namespace (and a few of the test's own), not six.
+	after, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies := after.Sub(before).Count(func(r testenv.Request) bool { return r.Verb == "APPLY" && r.Resource == "secrets" })
+	if applies < fanout || applies > fanout+fanout/10 {
+		t.Errorf("%v applies of Secrets for one Secret joining the set, want about %d", applies, fanout)
+	}
 
 	// Its label is removed: it is pruned everywhere.
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sixth), sixth); err != nil {
@@ -153,6 +171,13 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	if n := copies(t, "unshared"); n != 0 {
 		t.Errorf("unshared: %d copies, want none", n)
 	}
+
+	// Deleting the ManifestSync prunes a thousand copies: give it longer
+	// than the cleanup's wait.
+	if err := env.Client.Delete(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() error { return gone(ms) })
 }
 
 // copies counts the Secrets named name in namespaces other than their
@@ -164,4 +189,46 @@ func copies(t testing.TB, name string) int {
 		t.Fatal(err)
 	}
 	return len(list.Items)
+}
+
+// The whole-namespace form reads every kind the cluster serves in the
+// namespace, by discovery, but what the cluster makes itself (Events,
+// Leases, service account tokens) and ManifestSyncs.
+func TestObjectSetWholeNamespace(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home := env.Namespace(t, nil)
+	dest := env.Namespace(t, nil)
+	create := func(obj client.Object) {
+		t.Helper()
+		obj.SetNamespace(home)
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"a": "b"}})
+	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Data: map[string][]byte{"p": []byte("x")}})
+	create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}})
+	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "app"}},
+		Type: corev1.SecretTypeServiceAccountToken})
+	create(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "leader"}})
+
+	ms := newSync(home, "whole", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "ns", Objects: &v1alpha1.ObjectSetSource{Namespace: home}}},
+		Targets: targets(dest),
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	var ids []string
+	for _, e := range got.Status.Inventory {
+		ids = append(ids, e.ID)
+	}
+	want := []string{dest + "_app__ServiceAccount", dest + "_cfg__ConfigMap", dest + "_db__Secret"}
+	slices.Sort(ids)
+	if !slices.Equal(ids, want) {
+		t.Errorf("inventory %v, want %v", ids, want)
+	}
+	if !strings.HasPrefix(got.Status.Inputs.Sources["ns"], "objects:3@") {
+		t.Errorf("inputs.sources.ns = %q", got.Status.Inputs.Sources["ns"])
+	}
 }
