@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -18,9 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/source"
+	enginesource "github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -33,14 +36,53 @@ const (
 	setsOfAnyNamespace = "namespaces"
 )
 
+// objectSets holds what object sets need beyond the namespace caches:
+// discovery, for the whole-namespace form, and a metadata cache per
+// namespace and label selector, so that a set of 20 labelled Secrets
+// among 10,000 costs the metadata of 20.
+type objectSets struct {
+	kinds    discovery.CachedDiscoveryInterface
+	newCache func(namespace string, sel labels.Selector) (cache.Cache, error)
+
+	mu      sync.Mutex
+	caches  map[setCacheKey]cache.Cache
+	watched map[setWatchKey]bool
+}
+
+type setCacheKey struct{ namespace, selector string }
+
+type setWatchKey struct {
+	setCacheKey
+	gvk schema.GroupVersionKind
+}
+
 // setupObjectSets registers the index the watches of object sets map
-// their events through.
+// their events through, and makes their discovery and caches.
 func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) error {
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	r.kinds = memory.NewMemCacheClient(dc)
+	r.sets = &objectSets{
+		kinds: memory.NewMemCacheClient(dc),
+		newCache: func(namespace string, sel labels.Selector) (cache.Cache, error) {
+			c, err := cache.New(mgr.GetConfig(), cache.Options{
+				HTTPClient:           mgr.GetHTTPClient(),
+				Scheme:               mgr.GetScheme(),
+				Mapper:               mgr.GetRESTMapper(),
+				DefaultNamespaces:    map[string]cache.Config{namespace: {}},
+				DefaultLabelSelector: sel,
+				DefaultTransform:     cache.TransformStripManagedFields(),
+				NewInformer:          r.Options.APIServer.NewInformer,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("creating the cache of namespace %q, objects %s: %w", namespace, sel, err)
+			}
+			return c, mgr.Add(cacheRunnable{c})
+		},
+		caches:  map[setCacheKey]cache.Cache{},
+		watched: map[setWatchKey]bool{},
+	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexObjectSets, func(o client.Object) []string {
 		return objectSetIndexKeys(o.(*v1alpha1.ManifestSync))
 	})
@@ -90,22 +132,62 @@ func (r *Reconciler) forObjectSet(gvk schema.GroupVersionKind) handler.MapFunc {
 	}
 }
 
-// objectSet watches the metadata of the objects of kind gvk in namespace,
-// for object sets, and returns the cache of it once it has synced: a set
-// is decided on a list, which a cache that is still starting would get
-// wrong.
-func (w *watches) objectSet(ctx context.Context, gvk schema.GroupVersionKind, namespace string, h handler.MapFunc) (client.Reader, error) {
-	c, err := w.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, handler.EnqueueRequestsFromMapFunc(h))
-	if err != nil {
-		return nil, err
-	}
-	if ca, ok := c.(cache.Cache); ok {
-		ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
-		defer cancel()
-		if !ca.WaitForCacheSync(ctx) {
-			return nil, fmt.Errorf("the cache of namespace %q did not sync within %v", namespace, cacheSyncTimeout)
+// setReader watches the metadata of the objects of kind gvk in namespace
+// that sel matches, for object sets, and returns the cache of it once it
+// has synced (a set is decided on a list, which a cache still starting
+// would get wrong). A selector that matches everything shares the
+// namespace's cache with object sources; any other has a cache of its
+// own, which holds only what it matches.
+func (r *Reconciler) setReader(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (client.Reader, error) {
+	h := handler.EnqueueRequestsFromMapFunc(r.forObjectSet(gvk))
+	var c cache.Cache
+	if sel.Empty() {
+		cr, err := r.watches.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, h)
+		if err != nil {
+			return nil, err
+		}
+		c = cr.(cache.Cache)
+	} else {
+		var err error
+		if c, err = r.sets.watch(r.watches, setCacheKey{namespace: namespace, selector: sel.String()}, sel, gvk, h); err != nil {
+			return nil, err
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
+	defer cancel()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the cache of namespace %q did not sync within %v", namespace, cacheSyncTimeout)
+	}
+	return c, nil
+}
+
+// watch starts, once, the watch of kind gvk in the cache of key, made on
+// first use, and returns that cache.
+func (s *objectSets) watch(w *watches, key setCacheKey, sel labels.Selector, gvk schema.GroupVersionKind, h handler.EventHandler) (cache.Cache, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.caches[key]
+	if c == nil {
+		var err error
+		if c, err = s.newCache(key.namespace, sel); err != nil {
+			return nil, err
+		}
+		s.caches[key] = c
+	}
+	wk := setWatchKey{setCacheKey: key, gvk: gvk}
+	if s.watched[wk] {
+		return c, nil
+	}
+	// An unknown kind would make the watch retry forever; fail instead.
+	if _, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return nil, err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h)); err != nil {
+		return nil, err
+	}
+	s.watched[wk] = true
 	return c, nil
 }
 
@@ -163,7 +245,7 @@ type setObject struct {
 
 // readSetKind reads the objects of kind gvk in namespace that set holds.
 func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
-	cached, err := r.watches.objectSet(ctx, gvk, ns, r.forObjectSet(gvk))
+	cached, err := r.setReader(ctx, gvk, ns, set.Labels)
 	if err != nil {
 		return nil, fmt.Errorf("%s in namespace %q: watching: %w", gvk.Kind, ns, err)
 	}
@@ -200,7 +282,7 @@ func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync,
 				return nil, err
 			}
 			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
-			snap = source.ObjectSnapshot(obj.Object)
+			snap = enginesource.ObjectSnapshot(obj.Object)
 			st.sources[ref] = snap
 		}
 		if set.SelectsBody(snap.Object) {
@@ -251,10 +333,10 @@ func (r *Reconciler) setNamespaces(ctx context.Context, set *engine.ObjectSet) (
 // preferred version of every namespaced kind that can be listed and
 // watched, but those WholeNamespaceKind leaves out.
 func (r *Reconciler) namespacedKinds() ([]schema.GroupVersionKind, error) {
-	if r.kinds == nil {
+	if r.sets == nil {
 		return nil, fmt.Errorf("discovery is not wired")
 	}
-	lists, err := discovery.ServerPreferredNamespacedResources(r.kinds)
+	lists, err := discovery.ServerPreferredNamespacedResources(r.sets.kinds)
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}

@@ -79,15 +79,27 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	if !strings.HasPrefix(rev, "objects:5@sha256:") {
 		t.Errorf("inputs.sources.shared = %q, want objects:5@sha256:...", rev)
 	}
-	// Only the metadata of platform's Secrets is cached, not that of the
-	// target namespaces.
+	// The operator holds the metadata of platform's labelled Secrets only:
+	// a cache of its own for the set's selector, no cache of every Secret
+	// of platform, none of the target namespaces.
 	w := reconciler.watches
 	w.mu.Lock()
-	watched := w.started[watchKey{gvk: corev1.SchemeGroupVersion.WithKind("Secret"), namespace: platform, purpose: watchObjectSets}]
+	_, cachedAll := w.namespaces[platform]
 	_, cachedTarget := w.namespaces[nss[0]]
 	w.mu.Unlock()
-	if !watched || cachedTarget {
-		t.Errorf("platform's Secrets watched: %v; a target namespace cached: %v", watched, cachedTarget)
+	reconciler.sets.mu.Lock()
+	selected := reconciler.sets.caches[setCacheKey{namespace: platform, selector: "replicate=yes"}]
+	reconciler.sets.mu.Unlock()
+	if cachedAll || cachedTarget || selected == nil {
+		t.Fatalf("cache of every Secret of platform: %v; of a target namespace: %v; of the selected ones: %v", cachedAll, cachedTarget, selected != nil)
+	}
+	held := &metav1.PartialObjectMetadataList{}
+	held.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := selected.List(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Items) != 6 { // shared-0..4 and internal-ca
+		t.Errorf("the set's cache holds %d Secrets, want the 6 labelled", len(held.Items))
 	}
 
 	// A sixth Secret is labelled: it is everywhere within 2 s.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"k8s.io/client-go/discovery"
 	"slices"
 	"strings"
 	"time"
@@ -135,9 +134,9 @@ type Reconciler struct {
 	managed  client.Reader // the metadata cache of owned objects
 	watches  *watches
 	states   states
-	remotes  *remotes                           // a client per remote cluster
-	accounts *accounts                          // a client per impersonated service account
-	kinds    discovery.CachedDiscoveryInterface // for object sets of a whole namespace
+	remotes  *remotes    // a client per remote cluster
+	accounts *accounts   // a client per impersonated service account
+	sets     *objectSets // discovery and label-selected caches for object sets
 	guard    *writeGuard
 }
 
