@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -200,7 +201,7 @@ const cacheSyncTimeout = 30 * time.Second
 // when the object is new to the set or its resourceVersion changed. Every
 // object of another namespace must share itself with the ManifestSync's
 // namespace (AllowNamespacesAnnotation), or the source fails naming it.
-func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSetSource, st *syncState) (*engine.Snapshot, error) {
+func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, name string, o *v1alpha1.ObjectSetSource, st *syncState) (*engine.Snapshot, error) {
 	set, err := engine.CompileObjectSet(o, ms.Namespace)
 	if err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestS
 			}
 		}
 	}
-	forgetSetBodies(ms, set, read, st)
+	forgetSetBodies(ms, name, read, st)
 	return engine.ObjectSetSnapshot(objs), nil
 }
 
@@ -292,17 +293,38 @@ func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync,
 	return out, nil
 }
 
-// forgetSetBodies drops the bodies kept of objects set no longer holds,
-// unless an object source of ms reads them.
-func forgetSetBodies(ms *v1alpha1.ManifestSync, set *engine.ObjectSet, read map[objectRef]bool, st *syncState) {
+// forgetSetBodies records what the object set source name read, and drops
+// the bodies of the objects it read before and no longer holds, unless
+// another source of ms reads them.
+func forgetSetBodies(ms *v1alpha1.ManifestSync, name string, read map[objectRef]bool, st *syncState) {
+	if st.sets == nil {
+		st.sets = map[string]map[objectRef]bool{}
+	}
+	before := maps.Clone(st.sets[name])
+	st.sets[name] = read
+	for other, refs := range st.sets {
+		if !slices.ContainsFunc(ms.Spec.Sources, func(s v1alpha1.Source) bool { return s.Name == other && s.Objects != nil }) {
+			delete(st.sets, other) // a source gone from the spec: what it read may go too
+			if before == nil {
+				before = map[objectRef]bool{}
+			}
+			maps.Copy(before, refs)
+		}
+	}
 	keep := map[string]bool{}
 	for _, k := range sourceIndexKeys(ms) {
 		keep[k] = true
 	}
-	for ref := range st.sources {
-		inSet := (set.WholeNamespace() || slices.Contains(set.Kinds, ref.gvk)) &&
-			(set.NamespaceSelector != nil || ref.namespace == set.Namespace)
-		if inSet && !read[ref] && !keep[ref.indexKey()] {
+	held := func(ref objectRef) bool {
+		for _, m := range st.sets {
+			if m[ref] {
+				return true
+			}
+		}
+		return keep[ref.indexKey()]
+	}
+	for ref := range before {
+		if !held(ref) {
 			delete(st.sources, ref)
 		}
 	}

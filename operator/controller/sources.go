@@ -52,7 +52,7 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 			snap, err = r.objectSource(ctx, ms, src.Object, st)
 		case src.Objects != nil:
 			typ = "objects"
-			snap, err = r.objectSetSource(ctx, ms, src.Objects, st)
+			snap, err = r.objectSetSource(ctx, ms, src.Name, src.Objects, st)
 		case src.Git != nil:
 			typ = "git"
 			snap, err = r.fetchGit(ctx, ms, src)

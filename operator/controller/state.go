@@ -25,6 +25,9 @@ type syncState struct {
 	// of Reconcile beside the controller's own.
 	mu      sync.Mutex
 	sources map[objectRef]*engine.Snapshot
+	// sets are the objects each object set source read last, by source
+	// name: their bodies stay in sources while some set holds them.
+	sets map[string]map[objectRef]bool
 	// sourceNames are the names of the sources read last, whose metric
 	// series go when they leave the spec.
 	sourceNames []string
