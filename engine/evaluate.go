@@ -589,9 +589,13 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		e.learnSecrets(objs)
 	}
 	seen := make(map[v1alpha1.ObjectID]int, len(objs))
+	scope := withCRDs(e.opts.Scope, objs)
 	for i, o := range objs {
-		if err := normalize(o, t.namespace, e.opts.Scope); err != nil {
+		if err := normalize(o, t.namespace, scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
+		}
+		if _, err := WaveOf(o); err != nil {
+			return fail(err) // it names the object
 		}
 		id := v1alpha1.IDOf(o)
 		if j, dup := seen[id]; dup {
@@ -650,7 +654,7 @@ func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]a
 	}
 	v, err := e.interp.Call(lstar.WithFiles(ctx, SnapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
 	if err != nil {
-		return nil, err
+		return nil, e.suggestParam(err, t.params.m)
 	}
 	if v == starlark.None {
 		// A main that falls off its end returns None: taking that for

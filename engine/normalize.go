@@ -19,6 +19,38 @@ import (
 // cluster-scoped kinds.
 type Scope func(gvk schema.GroupVersionKind) (namespaced, ok bool)
 
+// withCRDs is scope, knowing also the kinds the CustomResourceDefinitions
+// among objs define: on a cluster that does not serve them yet (they are
+// applied first, in the same sync), their custom resources are given a
+// namespace or not as their CRD's spec.scope says.
+func withCRDs(scope Scope, objs []*unstructured.Unstructured) Scope {
+	defined := map[schema.GroupKind]bool{} // namespaced, by kind
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if gvk.Group != "apiextensions.k8s.io" || gvk.Kind != "CustomResourceDefinition" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		s, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
+		if kind != "" {
+			defined[schema.GroupKind{Group: group, Kind: kind}] = s != "Cluster"
+		}
+	}
+	if len(defined) == 0 {
+		return scope
+	}
+	return func(gvk schema.GroupVersionKind) (bool, bool) {
+		if namespaced, ok := scope(gvk); ok {
+			return namespaced, ok
+		}
+		if namespaced, ok := defined[gvk.GroupKind()]; ok {
+			return namespaced, true
+		}
+		return true, false
+	}
+}
+
 // clusterScoped lists the cluster-scoped kinds of Kubernetes, by group/kind.
 var clusterScoped = map[schema.GroupKind]bool{
 	{Group: "", Kind: "Namespace"}:                                                    true,

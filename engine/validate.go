@@ -7,6 +7,7 @@ import (
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 )
 
 var (
@@ -131,6 +132,11 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 	checkEnum(&errs, "spec.policy.resources", string(p.Resources), "Sync", "Keep", "Adopt", "Overwrite")
 	checkEnum(&errs, "spec.policy.deletion", string(p.Deletion), "Delete", "Orphan")
 	checkEnum(&errs, "spec.policy.drift", string(p.Drift), "Correct", "Report", "Ignore")
+	if _, herrs := health.New(spec.HealthChecks); len(herrs) > 0 {
+		for _, e := range herrs {
+			add(e.Field, "%s", e.Msg)
+		}
+	}
 	return errs
 }
 

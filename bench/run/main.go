@@ -5,6 +5,7 @@
 // it fails only when a workload cannot run.
 //
 //	go run ./bench/run -only W1,W3 -rounds 3
+//	go run ./bench/run -only W7 -rounds 3 -report /tmp/report.md
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/bench/w3"
 	"github.com/manifestsync/manifestsync/bench/w4"
+	"github.com/manifestsync/manifestsync/bench/w7"
 )
 
 // clusterWorkload is a workload that needs the control plane, such as W5
@@ -39,7 +41,7 @@ var clusterWorkloads []clusterWorkload
 func main() {
 	harness.ChildMain()
 	var (
-		only     = flag.String("only", "W1,W2,W3,W4,W5,W6", "comma-separated workloads to run")
+		only     = flag.String("only", "W1,W2,W3,W4,W5,W6,W7", "comma-separated workloads to run")
 		rounds   = flag.Int("rounds", 3, "rounds of each workload (at least 3), alternating ours and the baselines")
 		cueBin   = flag.String("cue", "bin/cue", "the cue binary (make bench builds it)")
 		starBin  = flag.String("starlark", "bin/starlark", "the starlark binary (make bench builds it)")
@@ -90,6 +92,15 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 			return err
 		}
 		rep.Rows = append(rep.Rows, rows...)
+	}
+	if want["W7"] {
+		step("W7 diff")
+		rows, notes, err := w7.Run(ctx, rounds)
+		if err != nil {
+			return err
+		}
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Notes = append(rep.Notes, notes...)
 	}
 	// Each group of cluster workloads gets a control plane of its own, so
 	// that what one leaves behind (1,000 namespaces the control plane never

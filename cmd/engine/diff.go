@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -34,14 +35,23 @@ type diffFlags struct {
 	context    string
 	timeout    time.Duration
 	instanceID string
+	// base is the revision diff --base compares the working tree with.
+	base   string
+	output string
 }
+
+// clusterOnlyFlags are the flags of diff against a cluster, which --base
+// does not take.
+var clusterOnlyFlags = []string{"kubeconfig", "context", "instance-id", "request-timeout", "set", "target"}
 
 func newDiffCmd() *cobra.Command {
 	var f diffFlags
 	cmd := &cobra.Command{
-		Use:   "diff -f sync.yaml",
-		Short: "Show what syncing a ManifestSync would change in a cluster",
-		Long: `Show what syncing a ManifestSync would change in a cluster.
+		Use:   "diff -f sync.yaml | diff --base REV [PATHS...]",
+		Short: "Show what syncing a ManifestSync would change in a cluster, or what a change of the repository changes in every target",
+		Long: `Show what syncing a ManifestSync would change in a cluster, or, with
+--base, what the working tree changes in every target's objects against
+a git revision.
 
 The ManifestSync is evaluated locally, as eval does (same --source, --target
 and --set), and every object is applied to the cluster as the operator
@@ -62,9 +72,63 @@ The evaluation runs in a worker process, bounded as in eval by
 
 Exit status: 0 nothing would change, 1 something would, 2 error (bad flags,
 unreadable input, failed evaluation or one stopped at a limit, unreachable
-cluster, an object the API server would refuse).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+cluster, an object the API server would refuse).
+
+diff --base REV [PATHS...] needs no cluster. It renders every ManifestSync
+under PATHS (default "."; files and directories, found as engine vet finds
+them, -f adding one more) twice: at the git revision REV of the repository
+that holds them (a branch, a tag, a hash, HEAD~1: read from the
+repository's objects, never checked out) and in the working tree. Each
+side reads its sync files and the local copies of their sources (NAME/
+or NAME.yaml beside the sync file) from its own tree; --source overrides
+and git sources fetched as their spec says are the same on both sides,
+as are --namespaces and --namespace (without them a namespaceSelector
+target is rendered in one namespace made up to match it, as vet does).
+ManifestSyncs are matched by file and namespace/name, targets by name
+(and namespace), objects by kind, group, namespace and name; a
+ManifestSync on one side only is all added or all removed. For each target that changed,
+the objects added, removed and changed are printed as unified diffs
+(base/TARGET/Kind namespace/name against worktree/...). Secret values
+are masked as above, on both sides, as is every value of a Secret of
+either side that other objects copy. Both sides evaluate in one worker,
+bounded as eval's by --max-memory and, each evaluation, by --timeout.
+
+-o text (default): the diffs, each target's led by a comment line.
+-o markdown: a pull request comment: a table of the counts of each target
+that changed, then a collapsed <details> section per target holding its
+diff in a diff code block.
+-o json: one object:
+  {"base": REV, "commit": HASH,
+   "syncs": [{"name", "namespace", "file",
+              "status": "added"|"removed"|"changed"|"unchanged",
+              "targets": [{"target", "added", "removed", "changed",
+                           "error" (when it failed on either side),
+                           "objects": [{"object": "Kind namespace/name",
+                                        "group", "change": "added"|"removed"|"changed",
+                                        "diff": UNIFIED-DIFF}]}]}],
+   "errors": [MESSAGE]}
+ManifestSyncs sorted by file and namespace/name, targets by name, objects
+by kind, namespace and name.
+
+Exit status with --base: 0 no change, 1 changes, 2 error (bad flags, a
+revision or path not found, unreadable input, an evaluation or a target
+that failed on either side, or one stopped at a limit).`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.base != "" {
+				for _, name := range clusterOnlyFlags {
+					if cmd.Flags().Changed(name) {
+						return usageErr("diff: --%s: diff --base compares two renders and takes no cluster flags", name)
+					}
+				}
+				return runDiffBase(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f, args)
+			}
+			if len(args) > 0 {
+				return usageErr("diff: PATHS are for --base; a cluster diff takes -f sync.yaml")
+			}
+			if f.output != "text" || cmd.Flags().Changed("namespaces") || cmd.Flags().Changed("namespace") {
+				return usageErr("diff: -o, --namespaces and --namespace are for --base")
+			}
 			return runDiff(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
 	}
@@ -77,6 +141,9 @@ cluster, an object the API server would refuse).`,
 	fl.StringVar(&f.context, "context", "", "kubeconfig context; default: the current one")
 	fl.StringVar(&f.instanceID, "instance-id", "", "diff as the operator with this --instance-id would sync (its owner label and field manager)")
 	fl.DurationVar(&f.timeout, "request-timeout", 30*time.Second, "limit of each request to the API server")
+	fl.StringVar(&f.base, "base", "", "REV: compare the working tree with this git revision, offline, instead of a cluster with the ManifestSync")
+	fl.StringVarP(&f.output, "output", "o", "text", "with --base: text, markdown or json")
+	addNamespaceFlags(fl, &f.namespaces)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -246,26 +313,57 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 // writeDiff writes the unified diff of one object, YAML against YAML, with
 // Secret data masked.
 func writeDiff(w io.Writer, d controller.ObjectDiff) error {
-	live, desired := maskSecret(d.Live, d.Desired)
-	a, err := toYAML(live)
-	if err != nil {
-		return err
-	}
-	b, err := toYAML(desired)
-	if err != nil {
-		return err
-	}
 	name := d.Target + "/" + d.GVK.Kind + " " + d.Name
 	if d.Namespace != "" {
 		name = d.Target + "/" + d.GVK.Kind + " " + d.Namespace + "/" + d.Name
 	}
+	return writeObjectDiff(w, "live/"+name, "desired/"+name, d.Live, d.Desired, nil)
+}
+
+// writeObjectDiff writes the unified diff of two versions of one object,
+// YAML against YAML, from and to naming them; nil is a side where the
+// object is not (all added, all removed). Secret values are masked as
+// maskSecret masks them, telling changed values from unchanged, and every
+// value red knows (nil: none) is masked wherever else it is.
+func writeObjectDiff(w io.Writer, from, to string, before, after *unstructured.Unstructured, red *redact.Redactor) error {
+	before, after = maskSecret(before, after)
+	a, err := toYAML(redactMasked(before, red))
+	if err != nil {
+		return err
+	}
+	b, err := toYAML(redactMasked(after, red))
+	if err != nil {
+		return err
+	}
 	return difflib.WriteUnifiedDiff(w, difflib.UnifiedDiff{
 		A:        lines(a),
 		B:        lines(b),
-		FromFile: "live/" + name,
-		ToFile:   "desired/" + name,
+		FromFile: from,
+		ToFile:   to,
 		Context:  3,
 	})
+}
+
+// redactMasked is obj, masked by maskSecret, with the values red knows
+// masked too; the masks of a Secret's data and stringData stay as they
+// are.
+func redactMasked(obj *unstructured.Unstructured, red *redact.Redactor) *unstructured.Unstructured {
+	if obj == nil || red == nil {
+		return obj
+	}
+	if !redact.IsSecret(obj.Object) {
+		return &unstructured.Unstructured{Object: red.Object(obj.Object)}
+	}
+	rest := maps.Clone(obj.Object)
+	delete(rest, "data")
+	delete(rest, "stringData")
+	rest = red.Object(rest)
+	for _, k := range []string{"data", "stringData"} {
+		if v, ok := obj.Object[k]; ok {
+			rest[k] = v
+		}
+	}
+	return &unstructured.Unstructured{Object: rest}
 }
 
 // lines splits text into lines, each with its newline; none for "".

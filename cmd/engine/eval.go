@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/worker"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -40,6 +41,9 @@ type evalFlags struct {
 	maxMemory string
 	// namespaces are the cluster's, for namespaceSelector targets.
 	namespaces namespaceFlags
+	// watch re-evaluates whenever a file the evaluation read changes;
+	// diff then prints what changed since the last good render.
+	watch, diff bool
 }
 
 func newEvalCmd() *cobra.Command {
@@ -82,6 +86,17 @@ The evaluation runs in a worker process: its memory is bounded by
 validating the output, by --timeout. An evaluation past either ends with
 an error naming the limit, and exit status 2.
 
+Errors name FILE:LINE[:COL]; under each place in a file the evaluation
+read, the line is shown with a caret under the column (in colour on a
+terminal, unless NO_COLOR is set), its Secret values masked.
+
+--watch evaluates again on every save of the sync file, the scripts, the
+files they load and the local sources, and prints the result again: on a
+terminal in place of the last, otherwise after a "--- render N ---" line.
+--diff prints a unified diff against the last good render instead. A
+render that fails shows its error on stderr and keeps the last good
+output. SIGINT or SIGTERM ends the watch with status 0.
+
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
 		Args: cobra.NoArgs,
@@ -97,6 +112,8 @@ evaluation stopped at --max-memory or --timeout.`,
 	fl.StringVarP(&f.output, "output", "o", "yaml", "output format: yaml or json")
 	fl.StringVar(&f.outDir, "out-dir", "", "write one file per target, DIR/TARGET.yaml, instead of printing")
 	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
+	fl.BoolVarP(&f.watch, "watch", "w", false, "re-evaluate whenever the sync file, a script, a file it loads or a local source changes, and print the result again")
+	fl.BoolVar(&f.diff, "diff", false, "with --watch: print what changed since the last good render, as a unified diff, instead of the whole result")
 	addNamespaceFlags(fl, &f.namespaces)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
@@ -128,36 +145,64 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *
 	if f.output != "yaml" && f.output != "json" {
 		return usageErr("eval: -o %q: want yaml or json", f.output)
 	}
+	if f.diff && !f.watch {
+		return usageErr("eval: --diff needs --watch")
+	}
+	if f.watch && f.outDir != "" {
+		return usageErr("eval: --watch prints: it does not take --out-dir")
+	}
 	pool, stop, err := newSandbox("eval", f.maxMemory, f.limits.Timeout)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	sf, err := readSyncFile(f.file)
-	if err != nil {
-		return &exitError{code: exitUsage, err: err}
-	}
-	spec := &sf.Sync.Spec
-	if err := applySets(spec, f.sets); err != nil {
-		return err
-	}
-	for _, name := range f.targets {
-		if !slices.ContainsFunc(spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name }) {
-			return usageErr("eval: --target %s: %s has no target named %q", name, f.file, name)
-		}
-	}
 	namespaces, err := f.namespaces.load(stdin)
 	if err != nil {
 		return err
 	}
+	if f.watch {
+		return watchEval(ctx, pool, namespaces, stdout, stderr, f)
+	}
+	_, err = evalOnce(ctx, pool, namespaces, stdout, stderr, f)
+	return err
+}
+
+// evalRun is what one evaluation read: the sync file and the sources'
+// snapshots (for watching them, and for showing the lines errors name).
+type evalRun struct {
+	snaps map[string]*engine.Snapshot
+}
+
+// evalOnce reads the sync file and the sources, evaluates them in pool
+// and writes the result to stdout. Its errors show the lines they name.
+func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namespace, stdout, stderr io.Writer, f *evalFlags) (*evalRun, error) {
+	run := &evalRun{}
+	data, err := os.ReadFile(f.file)
+	if err != nil {
+		return run, &exitError{code: exitUsage, err: err}
+	}
+	sf, err := engine.LoadSyncFile(f.file, data)
+	if err != nil {
+		return run, &exitError{code: exitUsage, err: err, tree: newTree(f.file, data, nil, nil)}
+	}
+	spec := &sf.Sync.Spec
+	if err := applySets(spec, f.sets); err != nil {
+		return run, err
+	}
+	for _, name := range f.targets {
+		if !slices.ContainsFunc(spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name }) {
+			return run, usageErr("eval: --target %s: %s has no target named %q", name, f.file, name)
+		}
+	}
 	selectors := selectorTargets(spec, f.targets)
 	if namespaces == nil && len(selectors) > 0 {
-		return failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, selectors[0], namespacesUsage))
+		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, selectors[0], namespacesUsage))
 	}
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
-		return err
+		return run, withTree(err, newTree(f.file, data, nil, nil))
 	}
+	run.snaps = snaps
 	for _, line := range localSources(sf, snaps, f.sources) {
 		fmt.Fprintf(stderr, "%s: eval: %s\n", programName, line)
 	}
@@ -167,29 +212,63 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *
 		Namespaces: namespaces,
 	})
 	if err, ok := killed(f.file, err); ok {
-		return err
+		return run, err
 	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", f.file, err)
 		if err, ok := timedOut(err); ok {
-			return err
+			return run, withTree(err, newTree(f.file, data, snaps, nil))
 		}
-		return failed(err)
+		return run, withTree(failed(err), newTree(f.file, data, snaps, nil))
 	}
 	for _, name := range unmatchedSelectors(selectors, res) {
 		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
 	}
-	orderWaves(res)
+	placePatchErrors(sf, res)
 	if err := writeResult(stdout, res, f); err != nil {
-		return &exitError{code: exitUsage, err: err}
+		return run, &exitError{code: exitUsage, err: err}
 	}
 	if err := res.Err(); err != nil {
+		t := newTree(f.file, data, snaps, res.Redactor)
 		if err, ok := timedOut(err); ok {
-			return err
+			return run, withTree(err, t)
 		}
-		return failed(err)
+		return run, withTree(failed(err), t)
 	}
-	return nil
+	return run, nil
+}
+
+// withTree makes err show the lines of t it names, keeping its exit code.
+func withTree(err error, t *tree) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		ee.tree = t
+		return err
+	}
+	return &exitError{code: exitFailed, err: err, tree: t}
+}
+
+// patchErrorRE is a target's error in one of its patches, as the engine
+// writes it: the patch's index, without the sync file's line.
+var patchErrorRE = regexp.MustCompile(`^target "[^"]*": patches\[([0-9]+)\]: `)
+
+// placePatchErrors puts the sync file's line of the patch in front of the
+// error of each target that failed in one of its patches, so that the
+// error names the line (and shows it).
+func placePatchErrors(sf *engine.SyncFile, res *engine.Result) {
+	for _, t := range res.Targets {
+		if t.Err == nil {
+			continue
+		}
+		m := patchErrorRE.FindStringSubmatch(t.Err.Error())
+		i := slices.IndexFunc(sf.Sync.Spec.Targets, func(s v1alpha1.Target) bool { return s.Name == t.Name })
+		if m == nil || i < 0 {
+			continue
+		}
+		if line := sf.Line(fmt.Sprintf("spec.targets[%d].patches[%s].patch", i, m[1])); line > 0 {
+			t.Err = fmt.Errorf("%s:%d: %w", sf.Name, line, t.Err)
+		}
+	}
 }
 
 func readSyncFile(name string) (*engine.SyncFile, error) {
@@ -349,20 +428,6 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 		}
 	}
 	return nil
-}
-
-// orderWaves fails each evaluated target whose objects cannot be ordered
-// in waves (a wave annotation that is not an integer), as the operator
-// would refuse to apply it.
-func orderWaves(res *engine.Result) {
-	for _, t := range res.Targets {
-		if t.Err != nil {
-			continue
-		}
-		if _, err := engine.Waves(t.Objects); err != nil {
-			t.Err = errors.New(res.Redactor.String(fmt.Sprintf("target %q: %v", t.ID(), err)))
-		}
-	}
 }
 
 // maskedResult is res with every object masked by res.Redactor for

@@ -250,12 +250,18 @@ func TestDiffMemoryLimit(t *testing.T) {
 }
 
 // TestStarlarkTimeoutExit: a transform that Starlark's own timeout stops,
-// before the worker's kill, exits 2 as a kill does, with the script's line.
+// before the worker's kill, exits 2 as a kill does, with the script's line
+// (and the line shown).
 func TestStarlarkTimeoutExit(t *testing.T) {
 	dir := limitFixtureDir(t)
 	r := runEngine(t, dir, "eval", "-f", "loop/sync.yaml", "--timeout", "500ms", "--max-steps", "100000000000")
-	want := `engine: eval: source "app": read from the local copy loop/app, not fetched from https://git.example.com/app.git at {branch: main}` + "\n" +
-		`engine: target "dev": loop/app/transform.star:2:5: timeout of 500ms exceeded (--timeout)` + "\n"
+	want := `engine: eval: source "app": read from the local copy loop/app, not fetched from https://git.example.com/app.git at {branch: main}
+engine: target "dev": loop/app/transform.star:2:5: timeout of 500ms exceeded (--timeout)
+  --> loop/app/transform.star:2:5
+  |
+2 |     for i in range(1 << 40):
+  |     ^
+`
 	if r.code != exitUsage || r.stderr != want {
 		t.Errorf("exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitUsage, want)
 	}

@@ -25,6 +25,9 @@ const (
 type exitError struct {
 	code int
 	err  error
+	// tree holds the files the error may name: their lines are shown
+	// under it.
+	tree *tree
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -53,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(stderr, "%s: %v\n", programName, ee.err)
+			writeError(stderr, programName+": ", ee.err, ee.tree, colorOn(stderr))
 		}
 		return ee.code
 	}

@@ -58,6 +58,34 @@ func parseSourceFlags(values []string) (map[string]string, error) {
 // readSources is resolveSources with the overrides parsed, by source name;
 // those of names the sync file does not have are not read.
 func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]string) (map[string]*engine.Snapshot, error) {
+	return readSourcesIn(ctx, workTree{}, sf, given)
+}
+
+// localTree is where the local copies beside a sync file are read: the
+// working tree, or a commit of its repository (diff --base). Overrides
+// given with --source and the secrets of git sources are the user's, and
+// always read from the working tree.
+type localTree interface {
+	// exists tells whether the path p exists.
+	exists(p string) bool
+	// read reads name inside the tree dir, as readLocal does.
+	read(dir, name string, object bool) (*engine.Snapshot, error)
+}
+
+// workTree is the file system.
+type workTree struct{}
+
+func (workTree) exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func (workTree) read(dir, name string, object bool) (*engine.Snapshot, error) {
+	return readLocal(dir, name, object)
+}
+
+// readSourcesIn is readSources with the local copies read from t.
+func readSourcesIn(ctx context.Context, t localTree, sf *engine.SyncFile, given map[string]string) (map[string]*engine.Snapshot, error) {
 	spec := &sf.Sync.Spec
 	dir := filepath.Dir(sf.Name)
 	snaps := map[string]*engine.Snapshot{}
@@ -79,13 +107,13 @@ func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]stri
 			snap, err = fetchGit(ctx, dir, s.Name, g)
 		case overridden:
 			gdir, gname := givenTree(p)
-			snap, err = readLocalSource(sf, s, gdir, gname)
+			snap, err = readLocalSource(workTree{}, sf, s, gdir, gname)
 			localRevision(s, p, snap)
 		case s.Kustomize != nil:
 			continue // built by the engine
-		case conventionalPath(dir, s.Name) != "":
-			local := filepath.Base(conventionalPath(dir, s.Name))
-			snap, err = readLocalSource(sf, s, dir, local)
+		case conventionalPathIn(t, dir, s.Name) != "":
+			local := filepath.Base(conventionalPathIn(t, dir, s.Name))
+			snap, err = readLocalSource(t, sf, s, dir, local)
 			localRevision(s, local, snap) // named from the sync file's directory, wherever eval runs
 		case s.Git != nil:
 			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
@@ -145,15 +173,15 @@ type sourceError struct {
 func (e *sourceError) Error() string { return e.err.Error() }
 func (e *sourceError) Unwrap() error { return e.err }
 
-func readLocalSource(sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+func readLocalSource(t localTree, sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
 	var (
 		snap *engine.Snapshot
 		err  error
 	)
 	if s.Objects != nil {
-		snap, err = readObjectSet(sf, s, dir, name)
+		snap, err = readObjectSet(t, sf, s, dir, name)
 	} else {
-		snap, err = readLocal(dir, name, s.Object != nil)
+		snap, err = t.read(dir, name, s.Object != nil)
 	}
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
@@ -161,15 +189,19 @@ func readLocalSource(sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (
 	return snap, nil
 }
 
-// readObjectSet reads an object set source from name inside the tree dir:
-// the objects of its files that the set selects, as the operator would
-// select them in a cluster.
-func readObjectSet(sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+// readObjectSet reads an object set source from name, a file or a
+// directory inside dir in t: the objects of its files that the set
+// selects, as the operator would select them in a cluster.
+func readObjectSet(t localTree, sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
 	set, err := engine.CompileObjectSet(s.Objects, sf.Sync.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	return source.ObjectSetFileIn(dir, name, set)
+	files, err := t.read(dir, name, false)
+	if err != nil {
+		return nil, err
+	}
+	return source.ObjectSetFrom(files, set)
 }
 
 // givenTree splits a path given on the command line into the tree it is
@@ -183,8 +215,14 @@ func givenTree(p string) (dir, name string) {
 }
 
 func conventionalPath(dir, name string) string {
+	return conventionalPathIn(workTree{}, dir, name)
+}
+
+// conventionalPathIn is the local copy of source name beside a sync file
+// in dir, NAME/ or NAME.yaml, in t; "" when there is none.
+func conventionalPathIn(t localTree, dir, name string) string {
 	for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, name+".yaml")} {
-		if _, err := os.Lstat(p); err == nil {
+		if t.exists(p) {
 			return p
 		}
 	}

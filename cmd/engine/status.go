@@ -11,9 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 	"github.com/manifestsync/manifestsync/operator/view"
 )
 
@@ -41,7 +45,12 @@ entries (see engine history). An object's state is Synced, Drifted
 (someone changed it, and spec.policy.drift Report or Ignore left it so)
 or Missing (someone deleted it, and the drift policy left it so); a target
 is Synced, Failed, Conflict or Pending, with the message saying why.
-Everything shown comes from the ManifestSync's status.
+Everything shown comes from the ManifestSync's status, but the health of
+each object: that is read from the cluster and judged as the operator
+judges it (kstatus, or the spec.healthChecks rule of its kind): Current,
+InProgress, Failed, Terminating, NotFound or Unknown, with its message when
+it is not Current. A target's health (Healthy, Progressing, Degraded,
+Unknown) and the Healthy condition are the operator's.
 
 Objects are named "Kind namespace/name". Colours mark states when stdout is
 a terminal, unless NO_COLOR is set or --color says otherwise. -o json
@@ -99,6 +108,7 @@ func runStatus(ctx context.Context, stdout io.Writer, f *statusFlags, args []str
 		return notFound("status", key, err)
 	}
 	d := view.Describe(ms, f.history)
+	judgeObjects(ctx, c, ms, &d)
 	if f.output == "json" {
 		return printJSON(stdout, d)
 	}
@@ -150,4 +160,30 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// judgeObjects sets the health of the objects of d's in-cluster targets,
+// read from the API server and judged as the operator judges them (kstatus,
+// or the rule of spec.healthChecks). Those of remote clusters are not
+// judged: their kubeconfig is the operator's to read.
+func judgeObjects(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync, d *view.Detail) {
+	checker, _ := health.New(ms.Spec.HealthChecks)
+	d.Judge(func(t view.Target, o view.Object) (string, string, bool) {
+		if t.Cluster != "" && t.Cluster != "in-cluster" {
+			return "", "", false
+		}
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(schema.GroupVersionKind{Group: o.Group, Version: o.Version, Kind: o.Kind})
+		err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, obj)
+		var res health.Result
+		switch {
+		case apierrors.IsNotFound(err):
+			res = checker.Check(nil)
+		case err != nil:
+			res = health.Result{Status: health.Unknown, Message: err.Error()}
+		default:
+			res = checker.Check(obj)
+		}
+		return string(res.Status), res.Message, true
+	})
 }

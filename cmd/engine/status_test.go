@@ -100,9 +100,18 @@ func TestStatusGolden(t *testing.T) {
 	}
 	states := map[string]string{}
 	for _, tg := range d.Targets {
+		if tg.Health != string(v1alpha1.HealthHealthy) {
+			t.Errorf("-o json: target %s has health %q, want Healthy", tg.Name, tg.Health)
+		}
 		for _, o := range tg.Objects {
 			states[tg.Name+" "+o.Object] = o.State
+			if o.Health != "Current" {
+				t.Errorf("-o json: %s of target %s has health %q, want Current", o.Object, tg.Name, o.Health)
+			}
 		}
+	}
+	if d.Healthy != "True" {
+		t.Errorf("-o json: Healthy is %q, want True", d.Healthy)
 	}
 	want := map[string]string{
 		"dev ConfigMap " + dev + "/web":   view.StateSynced,

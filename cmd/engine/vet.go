@@ -128,8 +128,9 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	if err := write(stdout, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)
 	}
+	color := colorOn(stderr)
 	for _, e := range rep.Errors {
-		fmt.Fprintf(stderr, "%s: vet: %s\n", programName, e)
+		writeError(stderr, programName+": vet: ", e, e.tree, color)
 	}
 	findings := len(rep.findings())
 	switch {

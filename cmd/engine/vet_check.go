@@ -145,12 +145,7 @@ type syncReport struct {
 }
 
 // displayName is "namespace/name" of the ManifestSync.
-func (s *syncReport) displayName() string {
-	if s.Namespace == "" {
-		return s.Name
-	}
-	return s.Namespace + "/" + s.Name
-}
+func (s *syncReport) displayName() string { return namespacedName(s.Namespace, s.Name) }
 
 // targetReport is one target of a ManifestSync.
 type targetReport struct {
@@ -164,6 +159,8 @@ type targetReport struct {
 type vetError struct {
 	Pos position
 	Msg string
+	// tree holds the files the error may name, for showing their lines.
+	tree *tree
 }
 
 func (e *vetError) Error() string {
@@ -263,8 +260,9 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	}
 	s.Targets = specTargets(d)
 	v.noteOverrides(d)
+	files := newTree(d.file, d.data, nil, nil)
 	failAt := func(line int, err error) *syncReport {
-		s.Err = &vetError{Pos: position{File: d.file, Line: line}, Msg: err.Error()}
+		s.Err = &vetError{Pos: position{File: d.file, Line: line}, Msg: err.Error(), tree: files}
 		v.rep.Errors = append(v.rep.Errors, s.Err)
 		return s
 	}
@@ -296,6 +294,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	} else if err != nil {
 		return fail(err)
 	}
+	files = newTree(d.file, d.data, snaps, nil)
 	namespaces := v.namespaces
 	if namespaces == nil {
 		namespaces = offlineNamespaces(&ms.Spec)
@@ -313,6 +312,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	for _, name := range unmatchedSelectors(selectorTargets(&ms.Spec, nil), res) {
 		fmt.Fprintf(v.stderr, "%s: vet: %s:%d: target %q: its namespaceSelector matches no namespace (%d given); nothing to check\n", programName, d.file, d.line(targetField(&ms.Spec, name)), name, len(namespaces))
 	}
+	files = newTree(d.file, d.data, snaps, res.Redactor)
 	s.Targets = nil
 	order := map[string]int{}
 	for i, t := range res.Targets {
@@ -340,13 +340,13 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 			fs, err := v.checkPolicies(ctx, t, syncPos, s.displayName())
 			tr.Findings = append(tr.Findings, fs...)
 			if err != nil {
-				tr.Err = &vetError{Pos: syncPos, Msg: err.Error()}
+				tr.Err = &vetError{Pos: syncPos, Msg: err.Error(), tree: files}
 				v.rep.Errors = append(v.rep.Errors, tr.Err)
 			}
 		case !errors.As(t.Err, &verr):
 			// Schema violations are findings; anything else kept the
 			// target from being evaluated.
-			tr.Err = &vetError{Pos: syncPos, Msg: t.Err.Error()}
+			tr.Err = &vetError{Pos: syncPos, Msg: t.Err.Error(), tree: files}
 			v.rep.Errors = append(v.rep.Errors, tr.Err)
 		}
 	}

@@ -73,6 +73,7 @@ type syncDoc struct {
 	file string
 	root *yaml.Node // the document's top-level mapping, for line numbers
 	obj  map[string]any
+	data []byte // the whole file, for the lines errors name
 }
 
 // line returns the line of a field path of the document; see fieldLine.
@@ -123,7 +124,7 @@ func readSyncDocs(c candidate) ([]*syncDoc, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s:%d: not an object", c.path, root.Line)
 		}
-		docs = append(docs, &syncDoc{file: c.path, root: root, obj: obj})
+		docs = append(docs, &syncDoc{file: c.path, root: root, obj: obj, data: data})
 	}
 	if c.named && len(docs) == 0 {
 		return nil, fmt.Errorf("%s: %w", c.path, errNoSync)

@@ -117,10 +117,11 @@ func ObjectFileIn(dir, name string) (*engine.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	name = filepath.Join(dir, name)
-	// ObjectFile reads one Kubernetes object from a YAML or JSON file, as the
-	// CLI's stand-in for an object in a cluster. The snapshot's revision is the
-	// object's resourceVersion when it has one, else a digest of its content.
+	return ObjectBytes(filepath.Join(dir, name), b)
+}
+
+// ObjectBytes is ObjectFile for the content b of the file name.
+func ObjectBytes(name string, b []byte) (*engine.Snapshot, error) {
 	docs, err := engine.DecodeDocuments(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -2,6 +2,7 @@ package source
 
 import (
 	"fmt"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -10,38 +11,44 @@ import (
 
 // ObjectSetFileIn reads the objects of an object set source from name, a
 // file or a directory inside the tree dir, as the CLI's stand-in for a
-// cluster: every object of its YAML or JSON documents (and of their
-// Lists) that set selects, by the rules the operator applies to a
-// cluster. Namespace objects in it give their labels to set's
-// namespaceSelector.
+// cluster; see ObjectSetFrom.
 func ObjectSetFileIn(dir, name string, set *engine.ObjectSet) (*engine.Snapshot, error) {
 	info, err := Stat(dir, name)
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{}
 	if info.IsDir() {
 		tree, err := Dir(filepath.Join(dir, name), Limits{})
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range tree.Paths() {
-			if ext := filepath.Ext(p); ext == ".yaml" || ext == ".yml" || ext == ".json" {
-				files[filepath.Join(dir, name, p)] = tree.Files[p]
-			}
-		}
-	} else {
-		b, err := ReadFile(dir, name)
-		if err != nil {
-			return nil, err
-		}
-		files[filepath.Join(dir, name)] = b
+		return ObjectSetFrom(tree, set)
 	}
+	b, err := ReadFile(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return ObjectSetFrom(&engine.Snapshot{Files: map[string][]byte{name: b}, Origin: dir}, set)
+}
+
+// ObjectSetFrom is the snapshot of an object set source read from the
+// files of files (a directory, or a one-file tree): every object of their
+// YAML or JSON documents (and of their Lists) that set selects, by the
+// rules the operator applies to a cluster. Namespace objects among them
+// give their labels to set's namespaceSelector.
+func ObjectSetFrom(files *engine.Snapshot, set *engine.ObjectSet) (*engine.Snapshot, error) {
 	var objs []map[string]any
-	for _, p := range (&engine.Snapshot{Files: files}).Paths() {
-		got, err := decodeObjects(files[p])
+	for _, p := range files.Paths() {
+		if ext := path.Ext(p); ext != ".yaml" && ext != ".yml" && ext != ".json" {
+			continue
+		}
+		got, err := decodeObjects(files.Files[p])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+			name := p
+			if files.Origin != "" {
+				name = files.FileName("", p)
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		objs = append(objs, got...)
 	}

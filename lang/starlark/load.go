@@ -176,7 +176,7 @@ func (in *Interpreter) compile(filename string, data []byte, sum [32]byte) (*pro
 	in.programs.compiles.Add(1)
 	f, prog, err := starlark.SourceProgramOptions(&fileOptions, filename, data, in.predeclared.Has)
 	if err != nil {
-		return nil, err
+		return nil, in.suggestNames(err)
 	}
 	e := &programEntry{key: key, prog: prog, sites: findSites(f)}
 	in.programs.put(e)

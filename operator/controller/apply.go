@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 )
 
 // Action is what applying did to one object.
@@ -43,6 +44,9 @@ type Change struct {
 	Fields string
 	// Err says why the object failed or conflicts.
 	Err error
+	// health is the object's health as the apply returned it; nil when
+	// nothing was sent (or in a dry run).
+	health *health.Result
 	// digest is the desired object's (DigestAnnotation).
 	digest string
 
@@ -81,6 +85,8 @@ type applier struct {
 	dryRun bool
 	// guard refuses the writes of a write war; nil refuses none.
 	guard *writeGuard
+	// health judges the objects the API server returns; nil judges none.
+	health *health.Checker
 }
 
 // apply applies desired, whose digest is given, and says what happened.
@@ -201,6 +207,10 @@ func (a *applier) ssa(ctx context.Context, obj *unstructured.Unstructured, live 
 	}
 	ch.ResourceVersion = obj.GetResourceVersion()
 	ch.Fields = ownedFields(obj, a.fieldManager())
+	if a.health != nil && !a.dryRun {
+		res := a.health.Check(obj)
+		ch.health = &res
+	}
 	switch {
 	case live == nil:
 		ch.Action = ActionCreated

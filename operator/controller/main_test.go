@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -154,16 +153,5 @@ func startOperator(e *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	reconciler = r
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		cancel()
-		return nil, errors.Join(errors.New("the manager's cache did not sync"), <-done)
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintf(os.Stderr, "the manager stopped with: %v\n", err)
-		}
-	}, nil
+	return testenv.StartManager(ctx, cancel, mgr)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 )
 
 // Prometheus metrics, served by the manager's metrics endpoint. Labels are
@@ -61,6 +62,10 @@ var (
 		Name: "manifestsync_git_fetches_total",
 		Help: "Reads of git sources, by result: success, or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
 	}, []string{"namespace", "name", "source", "result"})
+	objectsHealth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "manifestsync_objects_health",
+		Help: "Applied objects by health (kstatus, or the spec.healthChecks rule of their kind): Current, InProgress, Failed, Terminating, NotFound, Unknown (no status and no rule); as of the last sync, whose watches wake it when an object's status changes.",
+	}, []string{"namespace", "name", "health"})
 	apiServerReachable = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "manifestsync_apiserver_reachable",
 		Help: "1 while the API server answers its /readyz, 0 while it does not (unreachable or not ready): watches wait, and the operator is not ready.",
@@ -79,7 +84,7 @@ type partialDeleter interface {
 var (
 	// syncMetrics have series per ManifestSync.
 	syncMetrics = []partialDeleter{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal,
-		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal}
+		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, objectsHealth}
 	// targetMetrics have series per target.
 	targetMetrics = []partialDeleter{syncDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal}
 	// sourceMetrics have series per source.
@@ -93,7 +98,7 @@ var registerMetrics sync.Once
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
 		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal,
-			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, apiServerReachable, apiServerOutages)
+			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, objectsHealth, apiServerReachable, apiServerOutages)
 	})
 }
 
@@ -128,6 +133,21 @@ func observeStatus(ms *v1alpha1.ManifestSync) {
 	}
 	readyGauge.WithLabelValues(ms.Namespace, ms.Name).Set(boolValue(apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)))
 	suspendedGauge.WithLabelValues(ms.Namespace, ms.Name).Set(boolValue(ms.Spec.Suspend))
+}
+
+// observeHealth sets the objects of each health of a ManifestSync, from
+// its targets' outcomes; every state has a series, 0 when no object is in
+// it, so that a sum over time sees objects leave a state.
+func observeHealth(ms *v1alpha1.ManifestSync, outcomes []*targetOutcome) {
+	n := map[health.Status]int{}
+	for _, o := range outcomes {
+		for _, h := range o.health {
+			n[h.Status]++
+		}
+	}
+	for _, s := range []health.Status{health.Current, health.InProgress, health.Failed, health.Terminating, health.NotFound, health.Unknown} {
+		objectsHealth.WithLabelValues(ms.Namespace, ms.Name, string(s)).Set(float64(n[s]))
+	}
 }
 
 func boolValue(b bool) float64 {

@@ -29,6 +29,7 @@ func TestForgetMetrics(t *testing.T) {
 	suspendedGauge.WithLabelValues("metrics-ns", "ms").Set(0)
 	sourceDuration.WithLabelValues("metrics-ns", "ms", "repo", "git").Observe(1)
 	gitFetchesTotal.WithLabelValues("metrics-ns", "ms", "repo", "success").Inc()
+	objectsHealth.WithLabelValues("metrics-ns", "ms", "Current").Set(2)
 	syncDuration.WithLabelValues("metrics-ns", "other", "a").Observe(1)
 	readyGauge.WithLabelValues("metrics-ns", "other").Set(0)
 	perTarget := func() int {
@@ -44,7 +45,7 @@ func TestForgetMetrics(t *testing.T) {
 
 	counts := map[string]int{}
 	vecs := map[string]prometheus.Collector{"eval": evalDuration, "sync": syncDuration, "ready": readyGauge,
-		"suspended": suspendedGauge, "source": sourceDuration, "git": gitFetchesTotal, "drift": driftTotal}
+		"suspended": suspendedGauge, "source": sourceDuration, "git": gitFetchesTotal, "drift": driftTotal, "health": objectsHealth}
 	for k, v := range vecs {
 		counts[k] = seriesIn(t, v, "metrics-ns")
 	}

@@ -72,7 +72,8 @@ func TestMonitoringQueriesExportedMetrics(t *testing.T) {
 	for _, want := range []string{"manifestsync_ready", "manifestsync_target_sync_duration_seconds_bucket",
 		"manifestsync_eval_duration_seconds_bucket", "manifestsync_objects_total", "manifestsync_failures_total",
 		"manifestsync_drift_total", "manifestsync_write_wars_total", "manifestsync_git_fetches_total",
-		"manifestsync_source_duration_seconds_bucket", "manifestsync_apiserver_reachable", "workqueue_depth"} {
+		"manifestsync_source_duration_seconds_bucket", "manifestsync_apiserver_reachable", "workqueue_depth",
+		"manifestsync_objects_health"} {
 		if !names[want] {
 			t.Errorf("no dashboard panel or alert queries %s", want)
 		}
@@ -307,6 +308,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	suspendedGauge.WithLabelValues(ns, name).Set(0)
 	sourceDuration.WithLabelValues(ns, name, "repo", "git").Observe(1)
 	gitFetchesTotal.WithLabelValues(ns, name, "repo", "success").Inc()
+	objectsHealth.WithLabelValues(ns, name, "Current").Set(1)
 	t.Cleanup(func() { forgetMetrics(ns, name) })
 
 	// A controller that reconciles once, as the operator's does.
@@ -412,6 +414,7 @@ func TestAlertRules(t *testing.T) {
 		"ManifestSyncNotReady": 10 * time.Minute, "ManifestSyncEvaluationFailing": time.Minute,
 		"ManifestSyncSourceFailing": 5 * time.Minute, "ManifestSyncGitFetchFailing": 5 * time.Minute,
 		"ManifestSyncDriftDetected": 0, "ManifestSyncWriteWar": 0, "ManifestSyncConflict": 10 * time.Minute,
+		"ManifestSyncObjectsUnhealthy":     15 * time.Minute,
 		"ManifestSyncAPIServerUnreachable": 2 * time.Minute, "ManifestSyncOperatorAbsent": 10 * time.Minute,
 	} {
 		r, ok := alerts[name]
@@ -423,7 +426,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alert %s fires after %v, want %v", name, got, wantFor)
 		}
 	}
-	if len(alerts) != 9 {
-		t.Errorf("%d alerts, want the 9 the README lists", len(alerts))
+	if len(alerts) != 10 {
+		t.Errorf("%d alerts, want the 10 the README lists", len(alerts))
 	}
 }

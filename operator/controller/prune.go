@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -43,8 +46,24 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		}
 		res.inventory = append(res.inventory, o.owned()...)
 	}
-	var errs []error
+	var (
+		errs       []error
+		candidates []pruneCandidate
+	)
+	keep := func(it inventoryItem, err error) {
+		if !slices.Contains(errs, err) { // a cluster's failure, once
+			errs = append(errs, err)
+		}
+		res.inventory = append(res.inventory, it) // retried next time
+	}
 	clusters := clusterMemo{r: r, ms: ms}
+	fail := func(it inventoryItem, c *cluster, err error) error {
+		if why := clusterFailure(err); why != "" {
+			err = fmt.Errorf("cluster %q: %s: %w", c.name, why, err)
+			clusters.fail(it.cluster, err)
+		}
+		return err
+	}
 	for _, it := range parseInventory(ms.Status.Inventory) {
 		if present[it.target] && !done[it.target] {
 			res.inventory = append(res.inventory, it) // keep until the target syncs
@@ -57,36 +76,58 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			continue // forgotten, not deleted
 		}
 		c, err := clusters.get(ctx, it.cluster)
-		deleted := false
-		if err == nil {
-			deleted, err = r.deleteObject(ctx, ms, c, it)
-			if why := clusterFailure(err); why != "" {
-				err = fmt.Errorf("cluster %q: %s: %w", c.name, why, err)
-				clusters.fail(it.cluster, err)
-			}
+		if err != nil {
+			keep(it, err)
+			continue
 		}
+		obj, err := r.ownedObject(ctx, ms, c, it)
 		switch {
 		case err != nil:
-			if !slices.Contains(errs, err) { // a cluster's failure, once
-				errs = append(errs, err)
-			}
-			res.inventory = append(res.inventory, it) // retried next time
+			keep(it, fail(it, c, err))
+		case obj != nil:
+			candidates = append(candidates, pruneCandidate{it: it, c: c, obj: obj})
+		}
+	}
+	// The last wave goes first, so that what the first waves set up
+	// (CRDs, namespaces, a database) outlives what uses it.
+	slices.SortStableFunc(candidates, func(a, b pruneCandidate) int { return b.wave() - a.wave() })
+	for _, p := range candidates {
+		if err := clusters.errs[p.it.cluster]; err != nil {
+			keep(p.it, err)
+			continue
+		}
+		deleted, err := deleteOwned(ctx, p.c, p.it, p.obj)
+		switch {
+		case err != nil:
+			keep(p.it, fail(p.it, p.c, err))
 		case deleted:
-			res.pruned = append(res.pruned, it.id)
+			res.pruned = append(res.pruned, p.it.id)
 		}
 	}
 	res.err = errors.Join(errs...)
 	return res
 }
 
-// deleteObject deletes an inventory object unless it is gone, no longer
-// ours (someone took it over by removing our label), or marked with
-// PruneAnnotation; it reports whether it deleted it.
-func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (bool, error) {
-	obj, err := r.ownedObject(ctx, ms, c, it)
-	if obj == nil || err != nil {
-		return false, err
-	}
+// pruneCandidate is an inventory object of ours to prune.
+type pruneCandidate struct {
+	it  inventoryItem
+	c   *cluster
+	obj *metav1.PartialObjectMetadata
+}
+
+// wave is the candidate's wave, as the live object has it (the desired
+// one is gone); an invalid annotation counts as wave 0.
+func (p pruneCandidate) wave() int {
+	n, _ := strconv.Atoi(strings.TrimSpace(p.obj.Annotations[engine.WaveAnnotation]))
+	return n
+}
+
+// deleteOwned deletes obj, the live metadata of an object of ours, unless
+// it is marked with PruneAnnotation or, since it was read, was deleted or
+// replaced; it reports whether it deleted it. Objects no longer ours
+// (someone took one over by removing our label) are never read as ours
+// (see ownedObject).
+func deleteOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) (bool, error) {
 	if obj.Annotations[PruneAnnotation] == PruneDisabled {
 		return false, nil
 	}
@@ -100,13 +141,9 @@ func (r *Reconciler) deleteObject(ctx context.Context, ms *v1alpha1.ManifestSync
 	return true, nil
 }
 
-// orphanObject removes our label and digest annotation from an inventory
-// object, leaving it otherwise as it is.
-func (r *Reconciler) orphanObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) error {
-	obj, err := r.ownedObject(ctx, ms, c, it)
-	if obj == nil || err != nil {
-		return err
-	}
+// orphanOwned removes our label and digest annotation from obj, the live
+// metadata of an object of ours, leaving it otherwise as it is.
+func orphanOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("orphaning %s: %w", it.id.String(), err)

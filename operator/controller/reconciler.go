@@ -253,9 +253,14 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	r.countObjects(ms, outcomes, pr)
 
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
-	reason, msg := setSyncedStatus(ms, res, outcomes, pr, now)
+	wasFailing := healthFailed(ms)
+	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, now)
+	observeHealth(ms, outcomes)
 	logSync(ctx, res, outcomes, pr, reason)
 	r.syncEvents(ms, res, outcomes, pr, wasReady)
+	if healthFailed(ms) && !wasFailing {
+		r.event(ms, true, EventHealthCheckFailed, "Wait", apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy).Message)
+	}
 	if err := r.patchStatus(ctx, st, orig, ms); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -267,11 +272,20 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if reason == v1alpha1.ReasonApplyFailed {
 		return r.retrySoon(ctx, st, fmt.Errorf("%w: %s", errTargets, msg))
 	}
-	if reason != v1alpha1.ReasonSynced {
+	switch reason {
+	case v1alpha1.ReasonSynced, v1alpha1.ReasonProgressing, v1alpha1.ReasonHealthCheckFailed:
+		// Health is not polled: the watches of the objects wake the
+		// ManifestSync when their status changes, and a timer when
+		// spec.timeout passes.
+	default:
 		return ctrl.Result{}, fmt.Errorf("%w: %s", errTargets, msg)
 	}
 	st.transientFailures = 0
-	return ctrl.Result{RequeueAfter: syncInterval(ms)}, nil
+	interval := syncInterval(ms)
+	if !verdict.recheck.IsZero() {
+		interval = min(interval, max(time.Until(verdict.recheck), time.Second))
+	}
+	return ctrl.Result{RequeueAfter: interval}, nil
 }
 
 // syncInterval is how long after a sync the next one runs: spec.interval.
@@ -280,6 +294,13 @@ func syncInterval(ms *v1alpha1.ManifestSync) time.Duration {
 		return ms.Spec.Interval.Duration
 	}
 	return defaultInterval
+}
+
+// healthFailed reports whether ms's Healthy condition says its health
+// check failed.
+func healthFailed(ms *v1alpha1.ManifestSync) bool {
+	c := apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy)
+	return c != nil && c.Reason == v1alpha1.ReasonHealthCheckFailed
 }
 
 // retrySoon schedules the retry of a sync that failed for a cause that
@@ -470,20 +491,39 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		pruned, left []string
 	)
 	clusters := clusterMemo{r: r, ms: ms}
+	fail := func(it inventoryItem, c *cluster, err error) {
+		if c != nil && clusterFailure(err) != "" {
+			err = fmt.Errorf("cluster %q: %s: %w", c.name, clusterFailure(err), err)
+			clusters.fail(it.cluster, err) // its other objects are left at once
+		}
+		if !slices.Contains(errs, err) { // a cluster's failure, once
+			errs = append(errs, err)
+		}
+		left = append(left, it.describe())
+	}
+	// Every object is read first, so that the last wave goes first.
+	var owned []pruneCandidate
 	for _, it := range parseInventory(ms.Status.Inventory) {
 		c, err := clusters.get(ctx, it.cluster)
+		var obj *metav1.PartialObjectMetadata
 		if err == nil {
-			err = r.finalizeObject(ctx, ms, c, it, &pruned)
+			obj, err = r.ownedObject(ctx, ms, c, it)
 		}
-		if err != nil {
-			if c != nil && clusterFailure(err) != "" {
-				err = fmt.Errorf("cluster %q: %s: %w", c.name, clusterFailure(err), err)
-				clusters.fail(it.cluster, err) // its other objects are left at once
-			}
-			if !slices.Contains(errs, err) { // a cluster's failure, once
-				errs = append(errs, err)
-			}
-			left = append(left, it.describe())
+		switch {
+		case err != nil:
+			fail(it, c, err)
+		case obj != nil:
+			owned = append(owned, pruneCandidate{it: it, c: c, obj: obj})
+		}
+	}
+	slices.SortStableFunc(owned, func(a, b pruneCandidate) int { return b.wave() - a.wave() })
+	for _, p := range owned {
+		if err := clusters.errs[p.it.cluster]; err != nil {
+			fail(p.it, p.c, err)
+			continue
+		}
+		if err := finalizeObject(ctx, ms, p, &pruned); err != nil {
+			fail(p.it, p.c, err)
 		}
 	}
 	if len(pruned) > 0 {
@@ -509,21 +549,21 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 	return nil
 }
 
-// finalizeObject deletes or orphans one inventory object, per
+// finalizeObject deletes or orphans one object of ours, per
 // spec.policy.deletion, adding it to pruned when it deleted it.
-func (r *Reconciler) finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem, pruned *[]string) error {
+func finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, p pruneCandidate, pruned *[]string) error {
 	if ms.Spec.Policy.Deletion == v1alpha1.DeletionOrphan {
-		return r.orphanObject(ctx, ms, c, it)
+		return orphanOwned(ctx, p.c, p.it, p.obj)
 	}
-	deleted, err := r.deleteObject(ctx, ms, c, it)
+	deleted, err := deleteOwned(ctx, p.c, p.it, p.obj)
 	switch {
 	case err != nil:
 		return err
 	case deleted:
-		*pruned = append(*pruned, it.describe())
+		*pruned = append(*pruned, p.it.describe())
 		return nil
 	}
 	// Kept (pruning disabled): it must not name a ManifestSync that is
 	// gone.
-	return r.orphanObject(ctx, ms, c, it)
+	return orphanOwned(ctx, p.c, p.it, p.obj)
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 )
 
 // syncState is what the reconciler remembers of one ManifestSync between
@@ -41,6 +43,10 @@ type syncState struct {
 	// transientFailures counts the syncs in a row that failed for a cause
 	// that ends by itself, for their retry's backoff (retrySoon).
 	transientFailures int
+	// health judges the objects, from spec.healthChecks of the generation
+	// healthGeneration.
+	health           *health.Checker
+	healthGeneration int64
 }
 
 // catchUp brings ms, read from a cache that may lag behind our own writes,
@@ -68,10 +74,16 @@ type targetRecord struct {
 	generation int64  // the ManifestSync's
 	digest     string // TargetResult.Digest
 	objects    []appliedObject
-	// partial is set when some objects failed or are in conflict: the
-	// target is retried, and the record only spares the retry the objects
-	// that were applied and have not changed since.
+	// partial is set when some objects failed or are in conflict, or a
+	// wave was not Current yet: the target is retried, and the record
+	// only spares the retry the objects that were applied and have not
+	// changed since.
 	partial bool
+	// since is when this desired state was first applied: spec.timeout
+	// counts from there.
+	since time.Time
+	// healthy is set when every object was Current at the last sync.
+	healthy bool
 }
 
 // appliedObject is an object as it was after the last apply. Objects that

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -40,7 +41,7 @@ func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	}
 	var retrying, stalled bool
 	switch reason {
-	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonDependencyNotReady:
+	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonDependencyNotReady, v1alpha1.ReasonProgressing:
 		retrying = true
 	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired,
 		v1alpha1.ReasonEmptyOutput, v1alpha1.ReasonDependencyCycle:
@@ -99,13 +100,14 @@ func outputDigest(res *engine.Result) string {
 }
 
 // setSyncedStatus fills status after the targets were synced and pruned.
-// It returns the Ready reason and message.
-func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, now metav1.Time) (string, string) {
+// It returns the Ready reason and message, and the health verdict.
+func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, now metav1.Time) (string, string, *healthVerdict) {
 	s := &ms.Status
 	prev := s.Targets
 	s.Targets = make([]v1alpha1.TargetStatus, 0, len(outcomes))
 	var failures, empties, conflicts []string
-	synced, wrote := 0, false
+	synced, wrote, waiting := 0, false, false
+	verdict, timeout := &healthVerdict{}, healthTimeout(ms)
 	for _, o := range outcomes {
 		t := o.target
 		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, State: o.state(), Objects: len(t.Objects)}
@@ -135,6 +137,8 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 			row.Message = truncate("drifted: " + strings.Join(o.drift, ", "))
 		case o.empty != nil:
 			row.Message = truncate(strings.TrimPrefix(o.empty.Error(), fmt.Sprintf("target %q: ", t.ID())))
+		case row.State == v1alpha1.TargetPending:
+			row.Message = truncate(o.waiting.message())
 		case row.State != v1alpha1.TargetSynced:
 			row.Message = truncate(joinErrors(append(o.failures(), o.conflicts()...)))
 		case !o.steady:
@@ -143,6 +147,8 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		if row.State == v1alpha1.TargetSynced {
 			synced++
 		}
+		waiting = waiting || o.waiting != nil
+		row.Health = verdict.add(o, timeout, time.Now()) // not now, cut to the second: the timeout is checked when it passes
 		wrote = wrote || anyWrote(o.changes)
 		s.Targets = append(s.Targets, row)
 	}
@@ -161,16 +167,28 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	case len(conflicts) > 0:
 		reason, msg = v1alpha1.ReasonConflict, strings.Join(conflicts, "; ")
 	}
-	recordEvaluation(ms, res, outputDigest(res), reason, now)
-	if reason == v1alpha1.ReasonSynced {
+	if reason == v1alpha1.ReasonSynced && !waiting {
 		s.LastAppliedRevision = res.Revision
 		s.ShortRevision = v1alpha1.ShortRevision(res.Revision)
 		if wrote || len(pr.pruned) > 0 || s.LastSuccessfulSyncTime == nil || !apimeta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) {
 			s.LastSuccessfulSyncTime = &now
 		}
 	}
+	healthy, healthReason, healthMsg := verdict.condition()
+	if reason == v1alpha1.ReasonSynced && (ms.Spec.Wait || waiting) && healthy != metav1.ConditionTrue {
+		// Under spec.wait, Ready means healthy.
+		reason, msg = healthReason, msg+"; "+healthMsg
+	}
+	recordEvaluation(ms, res, outputDigest(res), reason, now)
 	setConditions(ms, reason, msg)
-	return reason, msg
+	apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionHealthy,
+		Status:             healthy,
+		ObservedGeneration: ms.Generation,
+		Reason:             healthReason,
+		Message:            truncate(healthMsg),
+	})
+	return reason, msg, verdict
 }
 
 // setFailedTargets sets the target rows of a sync that stopped before any
@@ -323,6 +341,9 @@ const (
 	EventDriftCorrected   = "DriftCorrected"
 	EventDriftDetected    = "DriftDetected"
 	EventEmptyOutput      = "EmptyOutput"
+	// EventHealthCheckFailed: objects Failed, or were not Current within
+	// spec.timeout.
+	EventHealthCheckFailed = "HealthCheckFailed"
 )
 
 // event records a Kubernetes event on ms; action says what the operator

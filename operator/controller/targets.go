@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -41,6 +42,15 @@ type targetOutcome struct {
 	corrected bool
 	// record is what to remember of the target; nil forgets it.
 	record *targetRecord
+	// waiting is set when, under spec.wait, a wave is not Current yet:
+	// the waves after it were not applied.
+	waiting *waveWait
+	// health is that of every object of the target that is ours, and of
+	// those of the waves not applied yet; see judgeTarget.
+	health []objectHealth
+	// cluster is where the target's objects are; nil when it could not
+	// be reached.
+	cluster *cluster
 }
 
 // redactOutcomes masks the evaluation's Secret values in every error of a
@@ -83,7 +93,7 @@ func (o *targetOutcome) conflicts() []error {
 
 // ok reports whether every object of the target was applied (or kept).
 func (o *targetOutcome) ok() bool {
-	return len(o.failures()) == 0 && len(o.conflicts()) == 0 && o.empty == nil
+	return len(o.failures()) == 0 && len(o.conflicts()) == 0 && o.empty == nil && o.waiting == nil
 }
 
 func (o *targetOutcome) state() v1alpha1.TargetState {
@@ -92,6 +102,8 @@ func (o *targetOutcome) state() v1alpha1.TargetState {
 		return v1alpha1.TargetFailed
 	case len(o.conflicts()) > 0:
 		return v1alpha1.TargetConflict
+	case o.waiting != nil:
+		return v1alpha1.TargetPending
 	}
 	return v1alpha1.TargetSynced
 }
@@ -123,7 +135,9 @@ func (o *targetOutcome) owned() []inventoryItem {
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others.
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
-	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(), policy: ms.Spec.Policy.Resources, guard: r.guard}
+	checker := st.checker(ms)
+	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
+		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
 	held := r.heldEmpty(ms, res)
 	out := make([]*targetOutcome, len(res.Targets))
 	// Workers take the next target from a shared counter.
@@ -141,6 +155,7 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 				}
 				start := time.Now()
 				out[i] = r.syncTarget(ctx, ms, a, res.Revision, t, st.targets[t.ID()])
+				r.judgeTarget(ctx, checker, out[i])
 				if !out[i].steady {
 					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
 				}
@@ -161,17 +176,19 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		return out
 	}
 	a = c.applier(a)
+	out.cluster = c
 	if err := checkNamespace(ctx, c, t); err != nil {
 		out.err = c.targetError(t, err)
 		return out
 	}
 	// Remote clusters' objects are not watched: their drift is found at
-	// each resync (spec.interval, or any other trigger).
+	// each resync (spec.interval, or any other trigger). The kinds a CRD
+	// of the target defines are watched once it is Established.
 	for _, gvk := range kindsOf(t.Objects) {
 		if c.remote {
 			break
 		}
-		if err := r.watches.managed(ctx, gvk); err != nil {
+		if err := r.watchKind(ctx, a.health, gvk); err != nil && !apimeta.IsNoMatchError(err) {
 			out.err = fmt.Errorf("target %q: %s: %w", t.ID(), gvk.Kind, err)
 			return out
 		}
@@ -179,8 +196,13 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	if rec == nil {
 		rec = restoreRecord(ctx, ms, c, a, revision, t) // after a restart
 	}
+	if rec != nil && rec.since.IsZero() {
+		rec.since = time.Now() // a record rebuilt after a restart: spec.timeout counts from here
+	}
 	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
+	since := time.Now()
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
+		since = rec.since
 		if !rec.partial {
 			return r.checkDrift(ctx, ms, c, a, t, rec, out)
 		}
@@ -193,27 +215,69 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	} else if rec != nil && rec.generation == ms.Generation {
 		applied = unchangedObjects(t, rec)
 	}
+	waves, err := engine.Waves(t.Objects)
+	if err != nil {
+		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
+		return out
+	}
+	digests := make(map[*unstructured.Unstructured]string, len(t.Objects))
 	for i, obj := range t.Objects {
-		// A retry (another object failed or conflicts) leaves alone what
-		// it applied already, unless that changed since.
+		digests[obj] = t.Digests[i]
+	}
+	apply := func(obj *unstructured.Unstructured) error {
+		if !c.remote {
+			if err := r.watchKind(ctx, a.health, obj.GroupVersionKind()); err != nil {
+				out.changes = append(out.changes, Change{Item: itemOf(obj, t.ID()), Action: ActionFailed,
+					Err: fmt.Errorf("%s: %w", v1alpha1.IDOf(obj), err)})
+				return nil
+			}
+		}
+		// A retry (another object failed or conflicts, or a wave was
+		// not Current) leaves alone what it applied already, unless that
+		// changed since.
 		if o, ok := applied[v1alpha1.IDOf(obj)]; ok {
 			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) {
 				item := o.item
 				item.drifted = o.drifted // still as someone left it
-				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields})
-				continue
+				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields, digest: o.digest})
+				return nil
 			}
 		}
-		ch := c.apply(ctx, a, obj, t.Digests[i], t.ID())
+		ch := c.apply(ctx, a, obj, digests[obj], t.ID())
 		if c.down(ch.Err) {
-			// The cluster is unreachable or refuses us: the other
-			// objects would fail the same way, each after a timeout.
-			out.changes, out.err = nil, c.targetError(t, ch.Err)
-			return out
+			// The cluster is unreachable or refuses us: the other objects
+			// would fail the same way, each after a timeout.
+			return c.targetError(t, ch.Err)
 		}
 		out.changes = append(out.changes, ch)
+		return nil
+	}
+	for wi, w := range waves {
+		first := len(out.changes)
+		crds := 0 // a wave's CRDs come first in it
+		for crds < len(w.Objects) && isCRD(w.Objects[crds]) {
+			crds++
+		}
+		for i, obj := range w.Objects {
+			if err := apply(obj); err != nil {
+				out.changes, out.err = nil, err
+				return out
+			}
+			if i == crds-1 {
+				// The kinds the CRDs define are served once they are
+				// Established.
+				r.awaitEstablished(ctx, c, a.health, out.changes[first:])
+			}
+		}
+		if wi+1 < len(waves) && ms.Spec.Wait {
+			if wait := r.waveWait(ctx, c, a.health, w.N, waves[wi+1:], out.changes[first:]); wait != nil {
+				out.waiting = wait
+				break
+			}
+		}
 	}
 	out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
+	out.record.since = since
 	out.record.partial = !out.ok()
 	return out
 }

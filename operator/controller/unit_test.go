@@ -14,6 +14,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 )
 
 func TestInventoryIDs(t *testing.T) {
@@ -199,5 +200,58 @@ func TestRetrySoonBackoff(t *testing.T) {
 	}
 	if def := (Options{}).transientRetryMax(); def != 5*time.Second {
 		t.Errorf("default TransientRetryMax %v, want 5s", def)
+	}
+}
+
+// The health verdict: Failed objects fail at once, others once
+// spec.timeout has passed; messages name five objects and count the rest;
+// the recheck is the first pending target's deadline.
+func TestHealthVerdict(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	outcome := func(since time.Time, statuses ...health.Status) *targetOutcome {
+		o := &targetOutcome{cluster: &cluster{}, record: &targetRecord{since: since}}
+		for i, s := range statuses {
+			o.health = append(o.health, objectHealth{id: v1alpha1.ObjectID{Kind: "Deployment", Namespace: "web", Name: fmt.Sprint("d", i)},
+				Result: health.Result{Status: s, Message: "m" + fmt.Sprint(i)}})
+		}
+		return o
+	}
+	const timeout = time.Minute
+
+	v := &healthVerdict{}
+	if h := v.add(outcome(start, health.Current, health.InProgress), timeout, start.Add(10*time.Second)); h != v1alpha1.HealthProgressing {
+		t.Errorf("target health %s, want Progressing", h)
+	}
+	if h := v.add(outcome(start.Add(-30*time.Second), health.Unknown), timeout, start.Add(10*time.Second)); h != v1alpha1.HealthUnknown {
+		t.Errorf("target health %s, want Unknown", h)
+	}
+	if !v.recheck.Equal(start.Add(30 * time.Second)) {
+		t.Errorf("recheck at %s, want the earliest deadline", v.recheck)
+	}
+	status, reason, msg := v.condition()
+	if status != metav1.ConditionFalse || reason != v1alpha1.ReasonProgressing || msg != "waiting for Deployment web/d1, Deployment web/d0" {
+		t.Errorf("condition %s %s %q", status, reason, msg)
+	}
+
+	v = &healthVerdict{}
+	if h := v.add(outcome(start, health.Failed, health.InProgress), timeout, start); h != v1alpha1.HealthDegraded {
+		t.Errorf("target health %s, want Degraded", h)
+	}
+	if h := v.add(outcome(start, slices.Repeat([]health.Status{health.InProgress}, 6)...), timeout, start.Add(timeout)); h != v1alpha1.HealthDegraded {
+		t.Errorf("a target past its timeout: health %s, want Degraded", h)
+	}
+	_, reason, msg = v.condition()
+	if reason != v1alpha1.ReasonHealthCheckFailed || !strings.HasPrefix(msg, "not Current: Deployment web/d0: m0; ") ||
+		strings.Count(msg, "Deployment ") != 5 || !strings.HasSuffix(msg, "; and 2 more") {
+		t.Errorf("condition %s %q, want 5 objects named and 2 more counted", reason, msg)
+	}
+	if !v.recheck.IsZero() {
+		t.Errorf("recheck at %s with nothing pending", v.recheck)
+	}
+
+	v = &healthVerdict{}
+	h := v.add(outcome(start, health.Current), timeout, start.Add(time.Hour))
+	if status, reason, _ := v.condition(); h != v1alpha1.HealthHealthy || status != metav1.ConditionTrue || reason != string(v1alpha1.HealthHealthy) {
+		t.Errorf("a healthy target: %s, condition %s %s", h, status, reason)
 	}
 }

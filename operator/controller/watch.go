@@ -7,8 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
@@ -39,8 +41,9 @@ const (
 )
 
 // SetupWithManager registers the reconciler with mgr: the ManifestSync
-// controller, its indexes and watches, and a metadata cache of the objects
-// it manages (only those carrying OwnerLabel).
+// controller, its indexes and watches, and a cache of the objects it
+// manages (only those carrying OwnerLabel; their metadata, and whole
+// objects of the kinds whose health needs their status).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if err := ValidateInstanceID(r.Options.InstanceID); err != nil {
 		return err
@@ -211,9 +214,10 @@ func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.
 // watches the controller needs beyond its static ones: the kinds of object
 // sources and of kubeconfig Secrets, in the namespaces they live in (a
 // cache per namespace), and the kinds of managed objects (in the
-// owner-labelled cache). Nothing is watched cluster-wide for a source:
-// the operator holds the metadata of the namespaces that hold sources,
-// not that of every Secret of the cluster.
+// owner-labelled cache), whole for the kinds whose health needs their
+// status. Nothing is watched cluster-wide for a source: the operator
+// holds the metadata of the namespaces that hold sources, not that of
+// every Secret of the cluster.
 type watches struct {
 	ctrl         controller.Controller
 	managedCache cache.Cache
@@ -242,6 +246,7 @@ const (
 	watchSources watchPurpose = iota
 	watchKubeConfigs
 	watchManaged
+	watchHealth
 	watchObjectSets
 )
 
@@ -259,9 +264,33 @@ func (w *watches) kubeConfigs(namespace string, h handler.MapFunc) (client.Reade
 	return w.inNamespace(key, handler.EnqueueRequestsFromMapFunc(h), predicate.ResourceVersionChangedPredicate{})
 }
 
-// managed watches our objects of kind gvk, for drift.
+// managed watches the metadata of our objects of kind gvk, for drift.
 func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) error {
 	return w.start(watchKey{gvk: gvk, purpose: watchManaged}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner))
+}
+
+// health watches our objects of kind gvk whole, for their health: the
+// cache holds them, and a change of their status or generation wakes
+// their ManifestSync. Only the kinds whose health needs more than their
+// metadata are watched so (see health.Checker.NeedsObject).
+func (w *watches) health(ctx context.Context, gvk schema.GroupVersionKind) error {
+	return w.start(watchKey{gvk: gvk, purpose: watchHealth}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner), healthChanged())
+}
+
+// healthChanged passes the events that may change an object's health:
+// creations, deletions, and updates of its status, generation or
+// deletion.
+func healthChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		before, ok1 := e.ObjectOld.(*unstructured.Unstructured)
+		after, ok2 := e.ObjectNew.(*unstructured.Unstructured)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return before.GetGeneration() != after.GetGeneration() ||
+			!before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) ||
+			!equality.Semantic.DeepEqual(before.Object["status"], after.Object["status"])
+	}}
 }
 
 // inNamespace starts the watch key of a kind in its namespace's cache,
@@ -291,8 +320,13 @@ func (w *watches) start(key watchKey, c cache.Cache, h handler.EventHandler, pre
 	if _, err := w.mapper.RESTMapping(key.gvk.GroupKind(), key.gvk.Version); err != nil {
 		return err
 	}
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(key.gvk)
+	var obj client.Object
+	if key.purpose == watchHealth {
+		obj = &unstructured.Unstructured{}
+	} else {
+		obj = &metav1.PartialObjectMetadata{}
+	}
+	obj.GetObjectKind().SetGroupVersionKind(key.gvk)
 	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h, preds...)); err != nil {
 		return err
 	}

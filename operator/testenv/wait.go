@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -100,4 +102,22 @@ func FieldManagers(obj metav1.Object) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// StartManager runs mgr with ctx, whose cancel is given, and returns once
+// its cache has synced; stop cancels ctx and waits until mgr has stopped.
+// It is how a test package's TestMain runs its operator.
+func StartManager(ctx context.Context, cancel context.CancelFunc, mgr manager.Manager) (stop func(), err error) {
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return nil, errors.Join(errors.New("the manager's cache did not sync"), <-done)
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "the manager stopped with: %v\n", err)
+		}
+	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
 	"github.com/manifestsync/manifestsync/operator/history"
 )
 
@@ -38,11 +39,13 @@ const (
 // none.
 func colourOf(state string) string {
 	switch state {
-	case StateSynced, string(metav1.ConditionTrue): // StateSynced is also the reason Synced
+	case StateSynced, string(metav1.ConditionTrue), string(v1alpha1.HealthHealthy), string(health.Current): // StateSynced is also the reason Synced
 		return green
-	case StateDrifted, string(v1alpha1.TargetPending), string(metav1.ConditionUnknown), "Suspended":
+	case StateDrifted, string(v1alpha1.TargetPending), string(metav1.ConditionUnknown), "Suspended",
+		string(v1alpha1.HealthProgressing), string(health.InProgress), string(health.Terminating), string(health.NotFound):
 		return yellow
-	case StateMissing, string(v1alpha1.TargetFailed), string(v1alpha1.TargetConflict), string(metav1.ConditionFalse):
+	case StateMissing, string(v1alpha1.TargetFailed), string(v1alpha1.TargetConflict), string(metav1.ConditionFalse),
+		string(v1alpha1.HealthDegraded), v1alpha1.ReasonHealthCheckFailed:
 		return red
 	}
 	return ""
@@ -147,6 +150,13 @@ func WriteDetail(w io.Writer, d Detail, o Options) error {
 	if d.Message != "" {
 		h.add("  Message:", d.Message)
 	}
+	if d.Healthy != "" {
+		healthy := o.paint(d.Healthy, d.Healthy, 0) + " (" + o.paint(d.HealthReason, d.HealthReason, 0) + ")"
+		if d.HealthMessage != "" && d.Healthy != string(metav1.ConditionTrue) {
+			healthy += ": " + o.cut(d.HealthMessage)
+		}
+		h.add("  Healthy:", healthy)
+	}
 	h.add("  Revision:", dash(d.Revision))
 	h.add("  Last sync:", when(d.LastSync))
 	h.add("  Targets:", fmt.Sprintf("%d/%d synced", d.TargetsSynced, d.TargetsTotal))
@@ -173,16 +183,27 @@ func WriteDetail(w io.Writer, d Detail, o Options) error {
 			where = t.Cluster + "/" + t.Namespace
 		}
 		line := fmt.Sprintf("%s (%s)  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), objectCount(len(t.Objects)))
+		if t.Health != "" {
+			line = fmt.Sprintf("%s (%s)  %s  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), o.paint(t.Health, t.Health, 0), objectCount(len(t.Objects)))
+		}
 		if t.Message != "" {
 			line += "  " + o.cut(t.Message)
 		}
 		branch := tree.AddBranch(line)
-		width := 0
+		width, stateWidth := 0, 0
 		for _, obj := range t.Objects {
 			width = max(width, utf8.RuneCountInString(obj.Object))
+			stateWidth = max(stateWidth, utf8.RuneCountInString(obj.State))
 		}
 		for _, obj := range t.Objects {
-			branch.AddNode(pad(obj.Object, width) + "  " + o.paint(obj.State, obj.State, 0))
+			node := pad(obj.Object, width) + "  " + o.paint(obj.State, obj.State, stateWidth)
+			if obj.Health != "" {
+				node += "  " + o.paint(obj.Health, obj.Health, 0)
+				if obj.Health != string(health.Current) && obj.HealthMessage != "" {
+					node += "  " + o.cut(obj.HealthMessage)
+				}
+			}
+			branch.AddNode(strings.TrimRight(node, " "))
 		}
 	}
 	b.WriteString(tree.String())

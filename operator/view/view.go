@@ -61,8 +61,13 @@ type List struct {
 // NAME`.
 type Detail struct {
 	Summary
-	Inputs  *v1alpha1.Inputs `json:"inputs,omitempty"`
-	Targets []Target         `json:"targets"`
+	// Healthy is the Healthy condition's status, and its reason and
+	// message; empty when there is none.
+	Healthy       string           `json:"healthy,omitempty"`
+	HealthReason  string           `json:"healthReason,omitempty"`
+	HealthMessage string           `json:"healthMessage,omitempty"`
+	Inputs        *v1alpha1.Inputs `json:"inputs,omitempty"`
+	Targets       []Target         `json:"targets"`
 	// History is the newest entries of status.history, newest first.
 	History []v1alpha1.HistoryEntry `json:"history,omitempty"`
 }
@@ -76,7 +81,10 @@ type Target struct {
 	State     string       `json:"state"`
 	Message   string       `json:"message,omitempty"`
 	LastSync  *metav1.Time `json:"lastSync,omitempty"`
-	Objects   []Object     `json:"objects"`
+	// Health is that of the target's objects taken together: Healthy,
+	// Progressing, Degraded or Unknown.
+	Health  string   `json:"health,omitempty"`
+	Objects []Object `json:"objects"`
 }
 
 // Object is one inventory entry.
@@ -89,6 +97,10 @@ type Object struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 	State     string `json:"state"`
+	// Health is the object's, as Judge found it (Current, InProgress,
+	// Failed, Terminating, NotFound or Unknown); empty when not judged.
+	Health        string `json:"health,omitempty"`
+	HealthMessage string `json:"healthMessage,omitempty"`
 }
 
 // Summarize is the list entry of ms.
@@ -120,13 +132,17 @@ func Summarize(ms *v1alpha1.ManifestSync) Summary {
 // history of them.
 func Describe(ms *v1alpha1.ManifestSync, history int) Detail {
 	d := Detail{Summary: Summarize(ms), Inputs: ms.Status.Inputs, Targets: []Target{}}
+	if c := apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy); c != nil {
+		d.Healthy, d.HealthReason, d.HealthMessage = string(c.Status), c.Reason, c.Message
+	}
 	d.History = ms.Status.History[:min(max(history, 0), len(ms.Status.History))]
 	byTarget := map[string][]v1alpha1.InventoryEntry{}
 	for _, e := range ms.Status.Inventory {
 		byTarget[e.Target] = append(byTarget[e.Target], e)
 	}
 	for _, row := range ms.Status.Targets {
-		t := Target{Name: row.Name, Cluster: row.Cluster, Namespace: row.Namespace, State: string(row.State), Message: row.Message, LastSync: row.LastSyncTime, Objects: []Object{}}
+		t := Target{Name: row.Name, Cluster: row.Cluster, Namespace: row.Namespace, State: string(row.State), Message: row.Message,
+			LastSync: row.LastSyncTime, Health: string(row.Health), Objects: []Object{}}
 		// A target of a namespaceSelector has a row per namespace, and
 		// its objects are those of "name/namespace".
 		for _, id := range []string{row.Name + "/" + row.Namespace, row.Name} {
@@ -165,4 +181,20 @@ func objects(entries []v1alpha1.InventoryEntry) []Object {
 		out = append(out, o)
 	}
 	return out
+}
+
+// Judge sets the health of every object of d that judge knows: judge is
+// given the target and the object and says its health and why, ok false
+// when it cannot tell (an object of a remote cluster). The caller reads
+// the objects; the view reads no cluster.
+func (d *Detail) Judge(judge func(t Target, o Object) (health, message string, ok bool)) {
+	for i := range d.Targets {
+		t := &d.Targets[i]
+		for j := range t.Objects {
+			o := &t.Objects[j]
+			if h, msg, ok := judge(*t, *o); ok {
+				o.Health, o.HealthMessage = h, msg
+			}
+		}
+	}
 }

@@ -123,3 +123,39 @@ func TestColour(t *testing.T) {
 		t.Errorf("coloured table:\n%q", colourTable.String())
 	}
 }
+
+// The detail shows the Healthy condition, each target's health and each
+// object's as Judge set it, with the message of those not Current.
+func TestDetailShowsHealth(t *testing.T) {
+	ms := sample()
+	ms.Status.Conditions = append(ms.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionHealthy, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonHealthCheckFailed, Message: "not Current: Deployment b/web: not found"})
+	ms.Status.Targets[0].Health = v1alpha1.HealthHealthy
+	ms.Status.Targets[2].Health = v1alpha1.HealthDegraded
+	d := Describe(ms, 0)
+	d.Judge(func(tg Target, o Object) (string, string, bool) {
+		switch {
+		case tg.Cluster == "eu" && o.Kind == "Deployment":
+			return "NotFound", "not found", true
+		case tg.Cluster == "eu":
+			return "", "", false
+		}
+		return "Current", "fine", true
+	})
+	var b strings.Builder
+	if err := WriteDetail(&b, d, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Healthy:    False (HealthCheckFailed): not Current: Deployment b/web: not found\n",
+		"a (in-cluster/team-1)  Synced  Healthy  1 object\n",
+		"ConfigMap team-1/cfg  Synced  Current\n",
+		"b (eu/b)  Conflict  Degraded  2 objects",
+		"Deployment b/web      Missing  NotFound  not found\n",
+		"ClusterRole view-all  Synced\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("detail lacks %q:\n%s", want, b.String())
+		}
+	}
+}

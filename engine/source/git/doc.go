@@ -68,6 +68,15 @@
 // the ref, and never contain a password or token. Hidden files and
 // directories, symbolic links and submodules are left out of snapshots.
 //
+// # A local repository
+//
+// Commit reads one commit of a repository on disk from its objects alone,
+// never its working tree or index, for engine diff --base: its files, and
+// snapshots of its directories built as source.Dir builds those of the
+// working tree (revision the digest of the content), with hidden files,
+// symbolic links and submodules left out as above and paths outside the
+// repository refused.
+//
 // Like the rest of engine it must not import client-go or
 // controller-runtime.
 package git

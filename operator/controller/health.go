@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/health"
+)
+
+// defaultHealthTimeout is spec.timeout when the API server did not
+// default it.
+const defaultHealthTimeout = 5 * time.Minute
+
+// establishTimeout bounds the wait for a CRD just applied to be
+// Established, before the objects of its kind are applied.
+const establishTimeout = 30 * time.Second
+
+// objectHealth is the health of one object of a target.
+type objectHealth struct {
+	id v1alpha1.ObjectID
+	health.Result
+}
+
+func (h objectHealth) String() string {
+	return h.id.String() + ": " + h.Message
+}
+
+// waveWait is a wave that is not Current yet, under spec.wait: the waves
+// after it wait.
+type waveWait struct {
+	wave, next int
+	// pending are the wave's objects that are not Current.
+	pending []objectHealth
+}
+
+func (w *waveWait) message() string {
+	return fmt.Sprintf("wave %d waits for wave %d to be Current: %s", w.next, w.wave, listHealth(w.pending, false))
+}
+
+// checker is the health checker of ms's spec.healthChecks, compiled once
+// per generation. The engine refuses a spec whose checks do not compile
+// before anything is applied, so their errors are not seen here.
+func (st *syncState) checker(ms *v1alpha1.ManifestSync) *health.Checker {
+	if st.health == nil || st.healthGeneration != ms.Generation {
+		st.health, _ = health.New(ms.Spec.HealthChecks)
+		st.healthGeneration = ms.Generation
+	}
+	return st.health
+}
+
+// watchKind watches our objects of kind gvk: their metadata for drift
+// and, when their health needs it, the whole objects.
+func (r *Reconciler) watchKind(ctx context.Context, checker *health.Checker, gvk schema.GroupVersionKind) error {
+	if err := r.watches.managed(ctx, gvk); err != nil {
+		return err
+	}
+	if checker.NeedsObject(gvk) {
+		return r.watches.health(ctx, gvk)
+	}
+	return nil
+}
+
+func isCRD(obj *unstructured.Unstructured) bool {
+	gvk := obj.GroupVersionKind()
+	return gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition"
+}
+
+// awaitEstablished waits until the CRDs among changes, just applied, are
+// Established, and makes the REST mapper learn the kinds they define. A
+// CRD that is not Established in time leaves the objects of its kind to
+// fail, each naming it.
+func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *health.Checker, changes []Change) {
+	waited := false
+	for i := range changes {
+		ch := &changes[i]
+		if !ch.ours() || (ch.health != nil && ch.health.Status == health.Current) {
+			continue
+		}
+		waited = true
+		crd := &unstructured.Unstructured{}
+		crd.SetGroupVersionKind(ch.Item.gvk())
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, establishTimeout, true, func(ctx context.Context) (bool, error) {
+			if err := c.live.Get(ctx, objectKey(ch.Item.id), crd); err != nil {
+				// Not found yet in a cache of the API server is retried;
+				// anything else (a denied read) ends the wait.
+				return false, client.IgnoreNotFound(err)
+			}
+			res := checker.Check(crd)
+			ch.health = &res // as it is now, not as its apply found it
+			return res.Status == health.Current, nil
+		})
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("not waiting for the CRD to be Established", "crd", ch.Item.id.Name, "timeout", establishTimeout.String(), "error", err.Error())
+		}
+	}
+	if m, ok := r.Mapper.(apimeta.ResettableRESTMapper); ok && waited && !c.remote {
+		m.Reset()
+	}
+}
+
+// waveWait returns what keeps the waves after wave n from starting: its
+// objects (changes) that are not Current; nil when every one is.
+func (r *Reconciler) waveWait(ctx context.Context, c *cluster, checker *health.Checker, n int, rest []engine.Wave, changes []Change) *waveWait {
+	var pending []objectHealth
+	for _, ch := range changes {
+		if !ch.ours() {
+			continue
+		}
+		if res := judge(ctx, c, checker, ch); res.Status != health.Current {
+			pending = append(pending, objectHealth{id: ch.Item.id, Result: res})
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	return &waveWait{wave: n, next: rest[0].N, pending: pending}
+}
+
+// judge is the health of one of our objects: as its apply returned it,
+// else as the managed cache holds it (the API server, for a remote
+// cluster, which has no cache).
+func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) health.Result {
+	if ch.health != nil {
+		return *ch.health
+	}
+	gvk := ch.Item.gvk()
+	reader := c.managed
+	if c.remote {
+		reader = c.live
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	var err error
+	if checker.NeedsObject(gvk) {
+		err = reader.Get(ctx, objectKey(ch.Item.id), obj)
+	} else {
+		// Its metadata tells all: it exists, or is being deleted.
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(gvk)
+		if err = reader.Get(ctx, objectKey(ch.Item.id), meta); err == nil {
+			obj.SetName(meta.Name)
+			obj.SetNamespace(meta.Namespace)
+			obj.SetDeletionTimestamp(meta.DeletionTimestamp)
+		}
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return checker.Check(nil)
+	case err != nil:
+		return health.Result{Status: health.Unknown, Message: fmt.Sprintf("reading it: %v", err)}
+	}
+	return checker.Check(obj)
+}
+
+// judgeTarget judges the health of the target's objects that are ours,
+// and counts those of the waves it did not apply as in progress. A remote
+// target that was healthy and is steady is not read again: its objects
+// are not watched, and each read would cost a request at every resync.
+func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o *targetOutcome) {
+	if o.cluster == nil || o.record == nil {
+		return
+	}
+	ours := map[v1alpha1.ObjectID]Change{}
+	missing := map[v1alpha1.ObjectID]bool{}
+	for _, a := range o.record.objects {
+		switch {
+		case a.missing:
+			missing[a.item.id] = true
+		case a.resourceVersion != "":
+			ours[a.item.id] = Change{Item: a.item, Action: ActionUnchanged}
+		}
+	}
+	applied := map[v1alpha1.ObjectID]bool{}
+	for _, ch := range o.changes {
+		applied[ch.Item.id] = true
+		if ch.ours() {
+			ours[ch.Item.id] = ch
+		}
+	}
+	reuse := o.steady && o.cluster.remote && o.record.healthy
+	for _, obj := range o.target.Objects {
+		id := v1alpha1.IDOf(obj)
+		ch, ok := ours[id]
+		switch {
+		case missing[id]:
+			o.health = append(o.health, objectHealth{id: id, Result: checker.Check(nil)})
+		case ok && reuse:
+			o.health = append(o.health, objectHealth{id: id, Result: health.Result{Status: health.Current}})
+		case ok:
+			o.health = append(o.health, objectHealth{id: id, Result: judge(ctx, o.cluster, checker, ch)})
+		case o.waiting != nil && !applied[id]:
+			o.health = append(o.health, objectHealth{id: id, Result: health.Result{Status: health.InProgress,
+				Message: fmt.Sprintf("not applied: wave %d is not Current", o.waiting.wave)}})
+		}
+	}
+	o.record.healthy = true
+	for _, h := range o.health {
+		o.record.healthy = o.record.healthy && h.Status == health.Current
+	}
+}
+
+// healthTimeout is spec.timeout.
+func healthTimeout(ms *v1alpha1.ManifestSync) time.Duration {
+	if ms.Spec.Timeout != nil && ms.Spec.Timeout.Duration > 0 {
+		return ms.Spec.Timeout.Duration
+	}
+	return defaultHealthTimeout
+}
+
+// healthVerdict is the health of a sync's targets taken together.
+type healthVerdict struct {
+	// failing are the objects that Failed or were not Current within
+	// spec.timeout; pending those that may still be.
+	failing, pending []objectHealth
+	// unjudged counts the targets whose health could not be judged (they
+	// failed before anything was applied).
+	unjudged int
+	// recheck is when the first pending target times out; zero when
+	// none is pending.
+	recheck time.Time
+}
+
+// add returns the health of one target's row, adding its objects to the
+// verdict.
+func (v *healthVerdict) add(o *targetOutcome, timeout time.Duration, now time.Time) v1alpha1.Health {
+	if o.record == nil || o.cluster == nil {
+		v.unjudged++
+		return v1alpha1.HealthUnknown
+	}
+	results := make([]health.Result, len(o.health))
+	for i, h := range o.health {
+		results[i] = h.Result
+	}
+	agg := health.Aggregate(results)
+	if agg == v1alpha1.HealthHealthy {
+		return agg
+	}
+	deadline := o.record.since.Add(timeout)
+	late := !now.Before(deadline)
+	for _, h := range o.health {
+		switch {
+		case h.Status == health.Current:
+		case h.Status == health.Failed || late:
+			v.failing = append(v.failing, h)
+		default:
+			v.pending = append(v.pending, h)
+		}
+	}
+	if late {
+		return v1alpha1.HealthDegraded
+	}
+	if agg != v1alpha1.HealthDegraded && (v.recheck.IsZero() || deadline.Before(v.recheck)) {
+		v.recheck = deadline
+	}
+	return agg
+}
+
+// condition is the Healthy condition's status, reason and message.
+func (v *healthVerdict) condition() (metav1.ConditionStatus, string, string) {
+	switch {
+	case len(v.failing) > 0:
+		return metav1.ConditionFalse, v1alpha1.ReasonHealthCheckFailed, "not Current: " + listHealth(v.failing, true)
+	case len(v.pending) > 0:
+		return metav1.ConditionFalse, v1alpha1.ReasonProgressing, "waiting for " + listHealth(v.pending, false)
+	case v.unjudged > 0:
+		return metav1.ConditionUnknown, string(v1alpha1.HealthUnknown), fmt.Sprintf("%d targets were not applied", v.unjudged)
+	}
+	return metav1.ConditionTrue, string(v1alpha1.HealthHealthy), "every object is Current"
+}
+
+// listHealth names up to five objects, with their own message when
+// messages is set, and how many more there are. Objects in progress are
+// named without it: their messages change at every step of a rollout
+// ("Available: 1/3"), and each change would be a status write.
+func listHealth(hs []objectHealth, messages bool) string {
+	const shown = 5
+	parts := make([]string, 0, shown)
+	for _, h := range hs[:min(len(hs), shown)] {
+		if messages {
+			parts = append(parts, h.String())
+		} else {
+			parts = append(parts, h.id.String())
+		}
+	}
+	sep := ", "
+	if messages {
+		sep = "; "
+	}
+	out := strings.Join(parts, sep)
+	if n := len(hs) - shown; n > 0 {
+		out += fmt.Sprintf("%sand %d more", sep, n)
+	}
+	return out
+}
