@@ -21,6 +21,7 @@ var errNotExist = fs.ErrNotExist
 //	ctx.params  -> dict: spec.params merged with the target's params
 //	ctx.inputs  -> list of objects
 //	ctx.sources -> dict name -> struct(name, revision, files, read, objects, object)
+//	               (objects is a list for an object set source)
 //
 // inputs and sources are built once and frozen, so every target shares them.
 func (e *evaluation) ctxValue(t target) (starlark.Value, error) {
@@ -81,6 +82,12 @@ func sourcesValue(spec *v1alpha1.ManifestSyncSpec, snaps map[string]*Snapshot) s
 		if sv.snap.Object != nil {
 			if o, err := lstar.ToValue(sv.snap.Object); err == nil {
 				fields["object"] = o
+			}
+		}
+		if s.Objects != nil {
+			// An object set's objects are a list, not a function of a glob.
+			if l, err := frozenInputs(setInputs(s.Name, sv.snap)); err == nil {
+				fields["objects"] = l
 			}
 		}
 		_ = d.SetKey(starlark.String(s.Name), starlarkstruct.FromStringDict(starlark.String("source"), fields))

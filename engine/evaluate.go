@@ -267,6 +267,10 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 			e.objects = append(e.objects, Input{Source: s.Name, Object: snap.Object})
 			continue
 		}
+		if s.Objects != nil {
+			e.objects = append(e.objects, setInputs(s.Name, snap)...)
+			continue
+		}
 		objs, err := objectsOf(s.Name, snap, snap.Paths())
 		if err != nil {
 			return err

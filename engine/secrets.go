@@ -6,10 +6,10 @@ import (
 	"github.com/manifestsync/manifestsync/engine/redact"
 )
 
-// SnapshotRedactor knows the Secret values of the snapshots: object sources
-// that are Secrets, and Secrets in the sources' manifest files, including
-// those of sources that contribute only through a kustomize build (scripts
-// can still read their files).
+// SnapshotRedactor knows the Secret values of the snapshots: Secrets read
+// by object and object set sources, and Secrets in the sources' manifest
+// files, including those of sources that contribute only through a
+// kustomize build (scripts can still read their files).
 func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
 	red := redact.New()
 	for _, s := range snaps {
@@ -18,6 +18,9 @@ func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
 		}
 		if s.Object != nil {
 			red.AddObject(s.Object)
+		}
+		for _, o := range s.Objects {
+			red.AddObject(o)
 		}
 		for p, data := range s.Files {
 			if !isManifestFile(p) || !bytes.Contains(data, []byte("Secret")) {

@@ -21,6 +21,9 @@ type Snapshot struct {
 	Files map[string][]byte
 	// Object is set for object sources.
 	Object map[string]any
+	// Objects is set for object set sources : the
+	// objects, ordered by namespace, name, group and kind.
+	Objects []map[string]any
 	// Time is when the revision was made (a Git commit's time); scripts
 	// see it as time.now(). Zero when unknown.
 	Time time.Time

@@ -23,7 +23,8 @@ var update = flag.Bool("update", false, "rewrite the out/ files of testdata/*.tx
 //
 //	-- sync.yaml --          the ManifestSync
 //	-- NAME/PATH --          a file of source NAME
-//	-- NAME.yaml --          the object of object source NAME
+//	-- NAME.yaml --          the object of object source NAME, or the
+//	                         objects object set source NAME selects from
 //	-- out/TARGET.yaml --    what target TARGET gets
 //	-- out/TARGET.error --   why target TARGET failed
 //	-- out/error --          why the whole evaluation failed
@@ -96,6 +97,20 @@ func evaluateArchive(t *testing.T, ar *txtar.Archive) map[string]string {
 	}
 	snaps := map[string]*engine.Snapshot{}
 	for _, s := range sf.Sync.Spec.Sources {
+		if data, ok := byName[s.Name+".yaml"]; ok && s.Objects != nil {
+			set, err := engine.CompileObjectSet(s.Objects, sf.Sync.Namespace)
+			if err != nil {
+				return map[string]string{"out/error": err.Error() + "\n"}
+			}
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "set.yaml"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if snaps[s.Name], err = source.ObjectSetFileIn(dir, "set.yaml", set); err != nil {
+				t.Fatalf("%s.yaml: %v", s.Name, err)
+			}
+			continue
+		}
 		if obj, ok := byName[s.Name+".yaml"]; ok {
 			var m map[string]any
 			if err := yaml.Unmarshal(obj, &m); err != nil {

@@ -51,11 +51,17 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 				add(f+".object", "apiVersion, kind and name must be set")
 			}
 		}
+		if s.Objects != nil {
+			n++
+			if _, err := CompileObjectSet(s.Objects, ""); err != nil {
+				add(f+".objects", "%v", err)
+			}
+		}
 		if s.Kustomize != nil {
 			n++
 		}
 		if n != 1 {
-			add(f, "exactly one of git, object and kustomize must be set")
+			add(f, "exactly one of git, object, objects and kustomize must be set")
 		}
 	}
 	for i, s := range spec.Sources {

@@ -107,13 +107,13 @@ func readSourcesIn(ctx context.Context, t localTree, sf *engine.SyncFile, given 
 			snap, err = fetchGit(ctx, dir, s.Name, g)
 		case overridden:
 			gdir, gname := givenTree(p)
-			snap, err = readLocalSource(workTree{}, s, gdir, gname)
+			snap, err = readLocalSource(workTree{}, sf, s, gdir, gname)
 			localRevision(s, p, snap)
 		case s.Kustomize != nil:
 			continue // built by the engine
 		case conventionalPathIn(t, dir, s.Name) != "":
 			local := filepath.Base(conventionalPathIn(t, dir, s.Name))
-			snap, err = readLocalSource(t, s, dir, local)
+			snap, err = readLocalSource(t, sf, s, dir, local)
 			localRevision(s, local, snap) // named from the sync file's directory, wherever eval runs
 		case s.Git != nil:
 			snap, err = fetchGit(ctx, dir, s.Name, *s.Git)
@@ -173,12 +173,35 @@ type sourceError struct {
 func (e *sourceError) Error() string { return e.err.Error() }
 func (e *sourceError) Unwrap() error { return e.err }
 
-func readLocalSource(t localTree, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
-	snap, err := t.read(dir, name, s.Object != nil)
+func readLocalSource(t localTree, sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+	var (
+		snap *engine.Snapshot
+		err  error
+	)
+	if s.Objects != nil {
+		snap, err = readObjectSet(t, sf, s, dir, name)
+	} else {
+		snap, err = t.read(dir, name, s.Object != nil)
+	}
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("source %q: %w", s.Name, err)}
 	}
 	return snap, nil
+}
+
+// readObjectSet reads an object set source from name, a file or a
+// directory inside dir in t: the objects of its files that the set
+// selects, as the operator would select them in a cluster.
+func readObjectSet(t localTree, sf *engine.SyncFile, s v1alpha1.Source, dir, name string) (*engine.Snapshot, error) {
+	set, err := engine.CompileObjectSet(s.Objects, sf.Sync.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	files, err := t.read(dir, name, false)
+	if err != nil {
+		return nil, err
+	}
+	return source.ObjectSetFrom(files, set)
 }
 
 // givenTree splits a path given on the command line into the tree it is

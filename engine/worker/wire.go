@@ -73,6 +73,7 @@ type wireSnapshot struct {
 	Revision string            `json:"revision,omitempty"`
 	Files    map[string][]byte `json:"files,omitempty"`
 	Object   map[string]any    `json:"object,omitempty"`
+	Objects  []map[string]any  `json:"objects,omitempty"`
 	Time     time.Time         `json:"time"`
 	Origin   string            `json:"origin,omitempty"`
 }
@@ -148,6 +149,12 @@ func toWireSnapshot(s *engine.Snapshot) *wireSnapshot {
 	if s.Object != nil {
 		w.Object, _ = exact(s.Object).(map[string]any)
 	}
+	if s.Objects != nil {
+		w.Objects = make([]map[string]any, len(s.Objects))
+		for i, o := range s.Objects {
+			w.Objects[i], _ = exact(o).(map[string]any)
+		}
+	}
 	return w
 }
 
@@ -158,6 +165,12 @@ func fromWireSnapshot(w *wireSnapshot) *engine.Snapshot {
 	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Time: w.Time, Origin: w.Origin}
 	if w.Object != nil {
 		s.Object, _ = numbers(w.Object).(map[string]any)
+	}
+	if w.Objects != nil {
+		s.Objects = make([]map[string]any, len(w.Objects))
+		for i, o := range w.Objects {
+			s.Objects[i], _ = numbers(o).(map[string]any)
+		}
 	}
 	return s
 }

@@ -134,8 +134,9 @@ type Reconciler struct {
 	managed  client.Reader // the metadata cache of owned objects
 	watches  *watches
 	states   states
-	remotes  *remotes  // a client per remote cluster
-	accounts *accounts // a client per impersonated service account
+	remotes  *remotes    // a client per remote cluster
+	accounts *accounts   // a client per impersonated service account
+	sets     *objectSets // discovery and label-selected caches for object sets
 	guard    *writeGuard
 }
 

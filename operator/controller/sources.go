@@ -32,7 +32,8 @@ type Sources interface {
 // errGitNotWired is the error of a git source when no Sources is configured.
 var errGitNotWired = errors.New("git sources are not wired yet")
 
-// fetchSources returns the snapshot of every git and object source.
+// fetchSources returns the snapshot of every git, object and object set
+// source.
 // Kustomize sources are built by the engine from the snapshots they name.
 func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (map[string]*engine.Snapshot, error) {
 	forgetGoneSources(ms, st)
@@ -49,6 +50,9 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 		case src.Object != nil:
 			typ = "object"
 			snap, err = r.objectSource(ctx, ms, src.Object, st)
+		case src.Objects != nil:
+			typ = "objects"
+			snap, err = r.objectSetSource(ctx, ms, src.Name, src.Objects, st)
 		case src.Git != nil:
 			typ = "git"
 			snap, err = r.fetchGit(ctx, ms, src)

@@ -27,6 +27,9 @@ type syncState struct {
 	// of Reconcile beside the controller's own.
 	mu      sync.Mutex
 	sources map[objectRef]*engine.Snapshot
+	// sets are the objects each object set source read last, by source
+	// name: their bodies stay in sources while some set holds them.
+	sets map[string]map[objectRef]bool
 	// sourceNames are the names of the sources read last, whose metric
 	// series go when they leave the spec.
 	sourceNames []string
@@ -92,6 +95,8 @@ type appliedObject struct {
 	// fields is the digest of the fields we owned after the apply
 	// (ownedFields): their change is drift.
 	fields string
+	// digest is the desired object's digest that was applied.
+	digest string
 	// missing is set when the object was deleted by someone else and the
 	// drift policy left it so: it stays in the inventory.
 	missing bool

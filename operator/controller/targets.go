@@ -212,6 +212,8 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 				applied[o.item.id] = o
 			}
 		}
+	} else if rec != nil && rec.generation == ms.Generation {
+		applied = unchangedObjects(t, rec)
 	}
 	waves, err := engine.Waves(t.Objects)
 	if err != nil {
@@ -237,7 +239,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) {
 				item := o.item
 				item.drifted = o.drifted // still as someone left it
-				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields})
+				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields, digest: o.digest})
 				return nil
 			}
 		}
@@ -283,9 +285,27 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
 	rec := &targetRecord{revision: revision, generation: generation, digest: digest}
 	for _, c := range changes {
-		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, fields: c.Fields, drifted: c.Item.drifted})
+		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, fields: c.Fields, drifted: c.Item.drifted, digest: c.digest})
 	}
 	return rec
+}
+
+// unchangedObjects are the objects of rec, applied at the same generation
+// of the spec, whose desired digest is the same in t: new inputs that
+// change one object of a target (a Secret joining an object set) apply
+// that object only, the others are checked for drift in the cache.
+func unchangedObjects(t *engine.TargetResult, rec *targetRecord) map[v1alpha1.ObjectID]appliedObject {
+	desired := make(map[v1alpha1.ObjectID]string, len(t.Objects))
+	for i, obj := range t.Objects {
+		desired[v1alpha1.IDOf(obj)] = t.Digests[i]
+	}
+	out := map[v1alpha1.ObjectID]appliedObject{}
+	for _, o := range rec.objects {
+		if o.resourceVersion != "" && o.digest != "" && o.digest == desired[o.item.id] {
+			out[o.item.id] = o
+		}
+	}
+	return out
 }
 
 // emptyOutputError is a target left alone because its output turned

@@ -73,6 +73,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}); err != nil {
 		return err
 	}
+	if err := r.setupObjectSets(ctx, mgr); err != nil {
+		return err
+	}
 	if err := indexer.IndexField(ctx, &v1alpha1.ManifestSync{}, indexDependsOn, func(o client.Object) []string {
 		return dependsOnKeys(o.(*v1alpha1.ManifestSync))
 	}); err != nil {
@@ -176,12 +179,13 @@ func targetNamespaceKeys(ms *v1alpha1.ManifestSync) []string {
 }
 
 // forNamespace maps a namespace to the ManifestSyncs that target it by
-// name or may select it.
+// name or may select it, as a target or as a namespace of an object set.
 func (r *Reconciler) forNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, key := range []string{ns.GetName(), anyNamespace} {
 		reqs = append(reqs, r.listBy(ctx, indexNamespaces, key)...)
 	}
+	reqs = append(reqs, r.listBy(ctx, indexObjectSets, setsOfAnyNamespace)...)
 	return reqs
 }
 
@@ -243,6 +247,7 @@ const (
 	watchKubeConfigs
 	watchManaged
 	watchHealth
+	watchObjectSets
 )
 
 // source watches the objects of kind gvk in namespace, for object

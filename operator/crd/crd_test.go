@@ -110,7 +110,36 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) {
 				source(obj, 0)["object"] = map[string]any{"apiVersion": "v1", "kind": "Secret", "name": "x"}
 			},
-			want: []string{"spec.sources[0] crd/cel exactly one of git, object and kustomize must be set"},
+			want: []string{"spec.sources[0] crd/cel exactly one of git, object, objects and kustomize must be set"},
+		},
+		{
+			name: "object set",
+			edit: func(obj map[string]any) {
+				delete(source(obj, 0), "git")
+				source(obj, 0)["objects"] = map[string]any{"apiVersion": "v1", "kind": "Secret", "namespace": "platform",
+					"labelSelector": map[string]any{"matchLabels": map[string]any{"replicate": "yes"}}, "exclude": []any{"internal-.*"}}
+			},
+		},
+		{
+			name: "object set rules",
+			edit: func(obj map[string]any) {
+				delete(source(obj, 0), "git")
+				source(obj, 0)["objects"] = map[string]any{"kind": "Secret", "kinds": []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}},
+					"namespace": "a", "namespaceSelector": map[string]any{}}
+			},
+			want: []string{
+				"spec.sources[0].objects crd/cel apiVersion and kind are set together",
+				"spec.sources[0].objects crd/cel kind and kinds are exclusive",
+				"spec.sources[0].objects crd/cel namespace and namespaceSelector are exclusive",
+			},
+		},
+		{
+			name: "whole namespace by selector",
+			edit: func(obj map[string]any) {
+				delete(source(obj, 0), "git")
+				source(obj, 0)["objects"] = map[string]any{"namespaceSelector": map[string]any{}}
+			},
+			want: []string{"spec.sources[0].objects crd/cel the whole-namespace form (no kind, no kinds) reads one namespace: set namespace, not namespaceSelector"},
 		},
 		{
 			name: "unknown fields",
@@ -144,7 +173,7 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) { source(obj, 1)["name"] = "app"; delete(source(obj, 1), "kustomize") },
 			want: []string{
 				`spec.sources[1] crd/list-type Duplicate value: {"name":"app"}`,
-				"spec.sources[1] crd/cel exactly one of git, object and kustomize",
+				"spec.sources[1] crd/cel exactly one of git, object, objects and kustomize",
 			},
 		},
 		{

@@ -109,6 +109,10 @@ func Pin(ms *v1alpha1.ManifestSync, n int) (*Result, error) {
 			// Follows the source it builds from.
 		case !ok:
 			res.Notes = append(res.Notes, fmt.Sprintf("source %q was added after that entry: left as it is", src.Name))
+		case src.Objects != nil:
+			if cur := currentRevision(ms, src.Name); cur != rev {
+				res.Notes = append(res.Notes, fmt.Sprintf("source %q is a set of objects: objects cannot be pinned, it stays as it is live (that entry read %s)", src.Name, rev))
+			}
 		case src.Object != nil:
 			if cur := currentRevision(ms, src.Name); cur != rev {
 				id := v1alpha1.ObjectID{Namespace: cmp.Or(src.Object.Namespace, ms.Namespace), Name: src.Object.Name, Kind: src.Object.Kind}

@@ -153,9 +153,10 @@ type DependencyReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// Source is one named input. Exactly one of git, object and kustomize is set.
+// Source is one named input. Exactly one of git, object, objects and
+// kustomize is set.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.kustomize)].filter(x, x).size() == 1",message="exactly one of git, object and kustomize must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.objects), has(self.kustomize)].filter(x, x).size() == 1",message="exactly one of git, object, objects and kustomize must be set"
 type Source struct {
 	// Name is how the transform, schemas and other sources refer to it.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
@@ -166,6 +167,8 @@ type Source struct {
 	Git *GitSource `json:"git,omitempty"`
 	// +optional
 	Object *ObjectSource `json:"object,omitempty"`
+	// +optional
+	Objects *ObjectSetSource `json:"objects,omitempty"`
 	// +optional
 	Kustomize *KustomizeSource `json:"kustomize,omitempty"`
 }
@@ -213,6 +216,57 @@ type ObjectSource struct {
 	Namespace string `json:"namespace,omitempty"`
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+}
+
+// ObjectSetSource is a set of objects of the cluster, read as inputs:
+// those of one kind (apiVersion and kind) or of several (kinds), in one
+// namespace or in the namespaces namespaceSelector picks, that match
+// labelSelector and whose names match no exclude pattern. Without kind
+// and kinds it is the whole namespace: every namespaced kind that can be
+// listed, but for those made by the cluster itself (Events, Pods,
+// ReplicaSets, EndpointSlices, Leases, service account token Secrets and
+// objects a controller owns). Scripts see the objects as
+// ctx.sources.NAME.objects, ordered by namespace, name, group and kind.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.apiVersion) == has(self.kind)",message="apiVersion and kind are set together"
+// +kubebuilder:validation:XValidation:rule="!(has(self.kind) && has(self.kinds))",message="kind and kinds are exclusive"
+// +kubebuilder:validation:XValidation:rule="!(has(self.namespace) && has(self.namespaceSelector))",message="namespace and namespaceSelector are exclusive"
+// +kubebuilder:validation:XValidation:rule="has(self.kind) || has(self.kinds) || !has(self.namespaceSelector)",message="the whole-namespace form (no kind, no kinds) reads one namespace: set namespace, not namespaceSelector"
+type ObjectSetSource struct {
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind,omitempty"`
+	// Kinds are the kinds read, when there are several.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Kinds []KindReference `json:"kinds,omitempty"`
+	// Namespace defaults to the ManifestSync's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// NamespaceSelector picks the namespaces read by their labels.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// LabelSelector picks the objects by their labels; empty selects all.
+	// +optional
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+	// Exclude are regular expressions (RE2, anchored at both ends) over
+	// names: an object whose name matches one is not read.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// KindReference is a kind of objects.
+type KindReference struct {
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
 }
 
 // KustomizeSource is `kustomize build` of a path inside another source.

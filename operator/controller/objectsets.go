@@ -1,0 +1,383 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/manifestsync/manifestsync/engine"
+	enginesource "github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// indexObjectSets holds, for each object set source of a ManifestSync,
+// "group/Kind/namespace" per kind it reads ("group/Kind/*" with a
+// namespaceSelector, "*/namespace" for the whole namespace), and
+// setsOfAnyNamespace when a namespaceSelector makes it follow namespaces.
+const (
+	indexObjectSets    = "manifestsync.dev/object-sets"
+	setsOfAnyNamespace = "namespaces"
+)
+
+// objectSets holds what object sets need beyond the namespace caches:
+// discovery, for the whole-namespace form, and a metadata cache per
+// namespace and label selector, so that a set of 20 labelled Secrets
+// among 10,000 costs the metadata of 20.
+type objectSets struct {
+	kinds    discovery.CachedDiscoveryInterface
+	newCache func(namespace string, sel labels.Selector) (cache.Cache, error)
+
+	mu      sync.Mutex
+	caches  map[setCacheKey]cache.Cache
+	watched map[setWatchKey]bool
+}
+
+type setCacheKey struct{ namespace, selector string }
+
+type setWatchKey struct {
+	setCacheKey
+	gvk schema.GroupVersionKind
+}
+
+// setupObjectSets registers the index the watches of object sets map
+// their events through, and makes their discovery and caches.
+func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) error {
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	r.sets = &objectSets{
+		kinds: memory.NewMemCacheClient(dc),
+		newCache: func(namespace string, sel labels.Selector) (cache.Cache, error) {
+			c, err := cache.New(mgr.GetConfig(), cache.Options{
+				HTTPClient:           mgr.GetHTTPClient(),
+				Scheme:               mgr.GetScheme(),
+				Mapper:               mgr.GetRESTMapper(),
+				DefaultNamespaces:    map[string]cache.Config{namespace: {}},
+				DefaultLabelSelector: sel,
+				DefaultTransform:     cache.TransformStripManagedFields(),
+				NewInformer:          r.Options.APIServer.NewInformer,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("creating the cache of namespace %q, objects %s: %w", namespace, sel, err)
+			}
+			return c, mgr.Add(cacheRunnable{c})
+		},
+		caches:  map[setCacheKey]cache.Cache{},
+		watched: map[setWatchKey]bool{},
+	}
+	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexObjectSets, func(o client.Object) []string {
+		return objectSetIndexKeys(o.(*v1alpha1.ManifestSync))
+	})
+}
+
+// objectSetIndexKeys are the index keys of every object set source of ms.
+func objectSetIndexKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, s := range ms.Spec.Sources {
+		if s.Objects == nil {
+			continue
+		}
+		set, err := engine.CompileObjectSet(s.Objects, ms.Namespace)
+		if err != nil {
+			continue
+		}
+		ns := set.Namespace
+		if set.NamespaceSelector != nil {
+			ns = anyNamespace
+			keys = append(keys, setsOfAnyNamespace)
+		}
+		if set.WholeNamespace() {
+			keys = append(keys, "*/"+ns)
+		}
+		for _, gvk := range set.Kinds {
+			keys = append(keys, setIndexKey(gvk, ns))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+func setIndexKey(gvk schema.GroupVersionKind, namespace string) string {
+	return gvk.Group + "/" + gvk.Kind + "/" + namespace
+}
+
+// forObjectSet maps an object of kind gvk to the ManifestSyncs whose
+// object sets may hold it. Whether they do is for their reconcile to say:
+// it costs a list of the metadata cache.
+func (r *Reconciler) forObjectSet(gvk schema.GroupVersionKind) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, key := range []string{setIndexKey(gvk, obj.GetNamespace()), setIndexKey(gvk, anyNamespace), "*/" + obj.GetNamespace()} {
+			reqs = append(reqs, r.listBy(ctx, indexObjectSets, key)...)
+		}
+		return reqs
+	}
+}
+
+// setReader watches the metadata of the objects of kind gvk in namespace
+// that sel matches, for object sets, and returns the cache of it once it
+// has synced (a set is decided on a list, which a cache still starting
+// would get wrong). A selector that matches everything shares the
+// namespace's cache with object sources; any other has a cache of its
+// own, which holds only what it matches.
+func (r *Reconciler) setReader(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (client.Reader, error) {
+	h := handler.EnqueueRequestsFromMapFunc(r.forObjectSet(gvk))
+	var c cache.Cache
+	if sel.Empty() {
+		cr, err := r.watches.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, h)
+		if err != nil {
+			return nil, err
+		}
+		c = cr.(cache.Cache)
+	} else {
+		var err error
+		if c, err = r.sets.watch(r.watches, setCacheKey{namespace: namespace, selector: sel.String()}, sel, gvk, h); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
+	defer cancel()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the cache of namespace %q did not sync within %v", namespace, cacheSyncTimeout)
+	}
+	return c, nil
+}
+
+// watch starts, once, the watch of kind gvk in the cache of key, made on
+// first use, and returns that cache.
+func (s *objectSets) watch(w *watches, key setCacheKey, sel labels.Selector, gvk schema.GroupVersionKind, h handler.EventHandler) (cache.Cache, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.caches[key]
+	if c == nil {
+		var err error
+		if c, err = s.newCache(key.namespace, sel); err != nil {
+			return nil, err
+		}
+		s.caches[key] = c
+	}
+	wk := setWatchKey{setCacheKey: key, gvk: gvk}
+	if s.watched[wk] {
+		return c, nil
+	}
+	// An unknown kind would make the watch retry forever; fail instead.
+	if _, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return nil, err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h)); err != nil {
+		return nil, err
+	}
+	s.watched[wk] = true
+	return c, nil
+}
+
+// cacheSyncTimeout bounds the wait for a new namespace cache to sync.
+const cacheSyncTimeout = 30 * time.Second
+
+// objectSetSource reads an object set source. What the set holds is
+// decided on the metadata cache (labels, names, annotations); a body is
+// read from the API server, as the ManifestSync's service account, only
+// when the object is new to the set or its resourceVersion changed. Every
+// object of another namespace must share itself with the ManifestSync's
+// namespace (AllowNamespacesAnnotation), or the source fails naming it.
+func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, name string, o *v1alpha1.ObjectSetSource, st *syncState) (*engine.Snapshot, error) {
+	set, err := engine.CompileObjectSet(o, ms.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	namespaces, err := r.setNamespaces(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	kinds := set.Kinds
+	if set.WholeNamespace() {
+		if kinds, err = r.namespacedKinds(); err != nil {
+			return nil, err
+		}
+	}
+	reader, err := r.reader(ms)
+	if err != nil {
+		return nil, err
+	}
+	var objs []map[string]any
+	read := map[objectRef]bool{}
+	for _, ns := range namespaces {
+		for _, gvk := range kinds {
+			got, err := r.readSetKind(ctx, ms, set, reader, gvk, ns, st)
+			if err != nil {
+				return nil, err
+			}
+			for _, g := range got {
+				read[g.ref] = true
+				objs = append(objs, g.obj)
+			}
+		}
+	}
+	forgetSetBodies(ms, name, read, st)
+	return engine.ObjectSetSnapshot(objs), nil
+}
+
+// setObject is an object read for a set.
+type setObject struct {
+	ref objectRef
+	obj map[string]any
+}
+
+// readSetKind reads the objects of kind gvk in namespace that set holds.
+func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
+	cached, err := r.setReader(ctx, gvk, ns, set.Labels)
+	if err != nil {
+		return nil, fmt.Errorf("%s in namespace %q: watching: %w", gvk.Kind, ns, err)
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := cached.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: set.Labels}); err != nil {
+		return nil, fmt.Errorf("listing %s in namespace %q: %w", gvk.Kind, ns, err)
+	}
+	var out []setObject
+	for i := range list.Items {
+		meta := &list.Items[i]
+		if !set.Selects(gvk, meta) {
+			continue
+		}
+		ref := objectRef{gvk: gvk, namespace: ns, name: meta.Name}
+		if err := allowed(ms, ref, meta.Annotations); err != nil {
+			return nil, err
+		}
+		snap := st.sources[ref]
+		if snap == nil || snap.Revision != "resourceVersion:"+meta.ResourceVersion {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			if err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: meta.Name}, obj); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue // gone since the cache listed it; its delete event follows
+				}
+				return nil, fmt.Errorf("%s: %w", ref, err)
+			}
+			// The body decides, should the cache lag behind it.
+			if !set.Selects(gvk, obj) {
+				continue
+			}
+			if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+				return nil, err
+			}
+			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
+			snap = enginesource.ObjectSnapshot(obj.Object)
+			st.sources[ref] = snap
+		}
+		if set.SelectsBody(snap.Object) {
+			out = append(out, setObject{ref: ref, obj: snap.Object})
+		}
+	}
+	return out, nil
+}
+
+// forgetSetBodies records what the object set source name read, and drops
+// the bodies of the objects it read before and no longer holds, unless
+// another source of ms reads them.
+func forgetSetBodies(ms *v1alpha1.ManifestSync, name string, read map[objectRef]bool, st *syncState) {
+	if st.sets == nil {
+		st.sets = map[string]map[objectRef]bool{}
+	}
+	before := maps.Clone(st.sets[name])
+	st.sets[name] = read
+	for other, refs := range st.sets {
+		if !slices.ContainsFunc(ms.Spec.Sources, func(s v1alpha1.Source) bool { return s.Name == other && s.Objects != nil }) {
+			delete(st.sets, other) // a source gone from the spec: what it read may go too
+			if before == nil {
+				before = map[objectRef]bool{}
+			}
+			maps.Copy(before, refs)
+		}
+	}
+	keep := map[string]bool{}
+	for _, k := range sourceIndexKeys(ms) {
+		keep[k] = true
+	}
+	held := func(ref objectRef) bool {
+		for _, m := range st.sets {
+			if m[ref] {
+				return true
+			}
+		}
+		return keep[ref.indexKey()]
+	}
+	for ref := range before {
+		if !held(ref) {
+			delete(st.sources, ref)
+		}
+	}
+}
+
+// setNamespaces are the namespaces set reads: its one namespace, or those
+// of the cluster its namespaceSelector picks (from the metadata cache).
+func (r *Reconciler) setNamespaces(ctx context.Context, set *engine.ObjectSet) ([]string, error) {
+	if set.NamespaceSelector == nil {
+		return []string{set.Namespace}, nil
+	}
+	all, err := Namespaces(ctx, r.Client)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range all {
+		if set.SelectsNamespace(ns.Name, ns.Labels) {
+			out = append(out, ns.Name)
+		}
+	}
+	return out, nil
+}
+
+// namespacedKinds are the kinds the whole-namespace form reads, by
+// discovery (cached for the operator's life: a kind served later is read
+// after a restart): the
+// preferred version of every namespaced kind that can be listed and
+// watched, but those WholeNamespaceKind leaves out.
+func (r *Reconciler) namespacedKinds() ([]schema.GroupVersionKind, error) {
+	if r.sets == nil {
+		return nil, fmt.Errorf("discovery is not wired")
+	}
+	lists, err := discovery.ServerPreferredNamespacedResources(r.sets.kinds)
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	var out []schema.GroupVersionKind
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range l.APIResources {
+			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
+				continue
+			}
+			gvk := gv.WithKind(res.Kind)
+			if engine.WholeNamespaceKind(gvk.GroupKind()) {
+				out = append(out, gvk)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b schema.GroupVersionKind) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}

@@ -1,0 +1,277 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
+
+// Mirroring, as reflector and replicator do it: every Secret of namespace
+// platform labelled replicate=yes, but for an excluded name, fans out to
+// the 200 namespaces a selector picks. Labelling a sixth Secret adds it
+// everywhere within 2 s, removing the label prunes it, and a labelled
+// Secret of a namespace that does not share it with the ManifestSync's
+// namespace is refused by name.
+func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home := env.Namespace(t, nil)
+	platform := env.Namespace(t, nil)
+	mirror := map[string]string{"mirror": home} // unique to this test
+	const fanout = 200
+	nss := make([]string, fanout)
+	for i := range nss {
+		nss[i] = env.Namespace(t, mirror)
+	}
+	labelled := map[string]string{"replicate": "yes"}
+	shared := map[string]string{AllowNamespacesAnnotation: home}
+	secret := func(ns, name string, lbls, annotations map[string]string) *corev1.Secret {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls, Annotations: annotations},
+			Data:       map[string][]byte{"value": []byte("secret-" + name)},
+		}
+		if err := env.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for i := range 5 {
+		secret(platform, fmt.Sprintf("shared-%d", i), labelled, shared)
+	}
+	secret(platform, "internal-ca", labelled, shared) // excluded by name
+	secret(platform, "private", nil, shared)          // not labelled
+	sixth := secret(platform, "sixth", nil, shared)
+
+	ms := newSync(home, "mirror", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "shared", Objects: &v1alpha1.ObjectSetSource{
+			APIVersion: "v1", Kind: "Secret", Namespace: platform,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labelled},
+			Exclude:       []string{"internal-.*"},
+		}}},
+		Targets: []v1alpha1.Target{{Name: "mirror", NamespaceSelector: &metav1.LabelSelector{MatchLabels: mirror}}},
+	})
+	start := time.Now()
+	createSync(t, ms)
+	// A thousand creations: not what is timed here, and slow on a busy
+	// machine.
+	got := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, time.Minute)
+	t.Logf("5 Secrets in %d namespaces after %v", fanout, time.Since(start).Round(time.Millisecond))
+	for i := range 5 {
+		if n := copies(t, fmt.Sprintf("shared-%d", i)); n != fanout {
+			t.Errorf("shared-%d: %d copies, want %d", i, n, fanout)
+		}
+	}
+	for _, name := range []string{"internal-ca", "private", "sixth"} {
+		if n := copies(t, name); n != 0 {
+			t.Errorf("%s: %d copies, want none", name, n)
+		}
+	}
+	rev := got.Status.Inputs.Sources["shared"]
+	if !strings.HasPrefix(rev, "objects:5@sha256:") {
+		t.Errorf("inputs.sources.shared = %q, want objects:5@sha256:...", rev)
+	}
+	// The operator holds the metadata of platform's labelled Secrets only:
+	// a cache of its own for the set's selector, no cache of every Secret
+	// of platform, none of the target namespaces.
+	w := reconciler.watches
+	w.mu.Lock()
+	_, cachedAll := w.namespaces[platform]
+	_, cachedTarget := w.namespaces[nss[0]]
+	w.mu.Unlock()
+	reconciler.sets.mu.Lock()
+	selected := reconciler.sets.caches[setCacheKey{namespace: platform, selector: "replicate=yes"}]
+	reconciler.sets.mu.Unlock()
+	if cachedAll || cachedTarget || selected == nil {
+		t.Fatalf("cache of every Secret of platform: %v; of a target namespace: %v; of the selected ones: %v", cachedAll, cachedTarget, selected != nil)
+	}
+	held := &metav1.PartialObjectMetadataList{}
+	held.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := selected.List(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Items) != 6 { // shared-0..4 and internal-ca
+		t.Errorf("the set's cache holds %d Secrets, want the 6 labelled", len(held.Items))
+	}
+
+	// A sixth Secret is labelled: it is everywhere within 2 s.
+	before, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sixth.Labels = labelled
+	if err := env.Client.Update(ctx, sixth); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	eventually(t, 2*time.Second, func() error {
+		if n := copies(t, "sixth"); n != fanout {
+			return fmt.Errorf("sixth: %d copies of %d", n, fanout)
+		}
+		return nil
+	})
+	t.Logf("a sixth labelled Secret in %d namespaces after %v", fanout, time.Since(start).Round(time.Millisecond))
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+			return err
+		}
+		if r := got.Status.Inputs.Sources["shared"]; !strings.HasPrefix(r, "objects:6@") {
+			return fmt.Errorf("inputs.sources.shared = %q", r)
+		}
+		return nil
+	})
+
+	// The copies of the five others were not applied again: one apply
+	// per namespace (and a few of the test's own), not six.
+	after, err := env.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applies := after.Sub(before).Count(func(r testenv.Request) bool { return r.Verb == "APPLY" && r.Resource == "secrets" })
+	if applies < fanout || applies > fanout+fanout/10 {
+		t.Errorf("%v applies of Secrets for one Secret joining the set, want about %d", applies, fanout)
+	}
+
+	// A Secret of the set changes: its body is read again and every copy
+	// follows.
+	changed := &corev1.Secret{}
+	if err := env.Client.Get(ctx, keyOf(platform, "shared-0"), changed); err != nil {
+		t.Fatal(err)
+	}
+	changed.Data["value"] = []byte("rotated")
+	if err := env.Client.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	eventually(t, timeout, func() error {
+		list := &corev1.SecretList{}
+		if err := env.Client.List(ctx, list, client.MatchingFields{"metadata.name": "shared-0"}, client.HasLabels{OwnerLabel}); err != nil {
+			return err
+		}
+		n := 0
+		for _, s := range list.Items {
+			if string(s.Data["value"]) == "rotated" {
+				n++
+			}
+		}
+		if n != fanout {
+			return fmt.Errorf("shared-0: %d of %d copies rotated", n, fanout)
+		}
+		return nil
+	})
+	t.Logf("a changed Secret in %d namespaces after %v", fanout, time.Since(start).Round(time.Millisecond))
+
+	// Its label is removed: it is pruned everywhere.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sixth), sixth); err != nil {
+		t.Fatal(err)
+	}
+	sixth.Labels = nil
+	if err := env.Client.Update(ctx, sixth); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	eventually(t, timeout, func() error {
+		if n := copies(t, "sixth"); n != 0 {
+			return fmt.Errorf("sixth: %d copies left", n)
+		}
+		return nil
+	})
+	t.Logf("an unlabelled Secret pruned from %d namespaces after %v", fanout, time.Since(start).Round(time.Millisecond))
+	if n := copies(t, "internal-ca"); n != 0 {
+		t.Errorf("internal-ca: %d copies, want none", n)
+	}
+	if n := copies(t, "shared-0"); n != fanout {
+		t.Errorf("shared-0: %d copies, want %d", n, fanout)
+	}
+
+	// A labelled Secret of a namespace that does not share it: refused,
+	// by name, and nothing is applied.
+	other := env.Namespace(t, nil)
+	secret(other, "unshared", labelled, nil)
+	refused := newSync(home, "refused", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "other", Objects: &v1alpha1.ObjectSetSource{
+			APIVersion: "v1", Kind: "Secret", Namespace: other,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labelled},
+		}}},
+		Targets: targets(nss[0]),
+	})
+	createSync(t, refused)
+	failed := waitFor(t, refused, v1alpha1.ReasonSourceFailed)
+	want := fmt.Sprintf("Secret %s/unshared is in another namespace and its annotation %s does not list %q", other, AllowNamespacesAnnotation, home)
+	if msg := condition(failed, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("Ready message %q, want it to contain %q", msg, want)
+	}
+	if n := copies(t, "unshared"); n != 0 {
+		t.Errorf("unshared: %d copies, want none", n)
+	}
+
+	// Deleting the ManifestSync prunes a thousand copies: give it longer
+	// than the cleanup's wait.
+	if err := env.Client.Delete(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() error { return gone(ms) })
+}
+
+// copies counts the Secrets named name in namespaces other than their
+// source's: those the operator made.
+func copies(t testing.TB, name string) int {
+	t.Helper()
+	list := &corev1.SecretList{}
+	if err := env.Client.List(context.Background(), list, client.MatchingFields{"metadata.name": name}, client.HasLabels{OwnerLabel}); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// The whole-namespace form reads every kind the cluster serves in the
+// namespace, by discovery, but what the cluster makes itself (Events,
+// Leases, service account tokens) and ManifestSyncs.
+func TestObjectSetWholeNamespace(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home := env.Namespace(t, nil)
+	dest := env.Namespace(t, nil)
+	create := func(obj client.Object) {
+		t.Helper()
+		obj.SetNamespace(home)
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"a": "b"}})
+	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Data: map[string][]byte{"p": []byte("x")}})
+	create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}})
+	create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "app"}},
+		Type: corev1.SecretTypeServiceAccountToken})
+	create(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "leader"}})
+
+	ms := newSync(home, "whole", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "ns", Objects: &v1alpha1.ObjectSetSource{Namespace: home}}},
+		Targets: targets(dest),
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	var ids []string
+	for _, e := range got.Status.Inventory {
+		ids = append(ids, e.ID)
+	}
+	want := []string{dest + "_app__ServiceAccount", dest + "_cfg__ConfigMap", dest + "_db__Secret"}
+	slices.Sort(ids)
+	if !slices.Equal(ids, want) {
+		t.Errorf("inventory %v, want %v", ids, want)
+	}
+	if !strings.HasPrefix(got.Status.Inputs.Sources["ns"], "objects:3@") {
+		t.Errorf("inputs.sources.ns = %q", got.Status.Inputs.Sources["ns"])
+	}
+}
