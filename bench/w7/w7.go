@@ -49,7 +49,7 @@ func Run(ctx context.Context, rounds int) ([]harness.Row, []string, error) {
 		var total time.Duration
 		for range 2 {
 			for _, s := range syncs {
-				d, err := timed(ctx, repo, 0, bin, "eval", "-f", s)
+				d, err := timed(ctx, repo, 0, bin, append([]string{"eval", "-f", s}, evalArgs(s)...)...)
 				if err != nil {
 					return 0, err
 				}
@@ -70,6 +70,29 @@ func Run(ctx context.Context, rounds int) ([]harness.Row, []string, error) {
 		notes = append(notes, fmt.Sprintf("W7: left out of the copy of examples/: %s (an example that must fail to evaluate, which diff reports as an error).", strings.Join(skipped, ", ")))
 	}
 	return []harness.Row{row}, notes, nil
+}
+
+// evalArgs are the flags examples/NAME/eval.args gives `engine eval` of
+// the example (the namespaces of a namespaceSelector target), $DIR being
+// the example's directory; none when it has none, or when they name git
+// repositories ($GIT) that the examples test serves and W7 does not: those
+// examples evaluate from their local copies.
+func evalArgs(sync string) []string {
+	dir := filepath.Dir(sync)
+	raw, err := os.ReadFile(filepath.Join(dir, "eval.args"))
+	if err != nil || strings.Contains(string(raw), "$GIT") {
+		return nil
+	}
+	var args []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			args = append(args, strings.ReplaceAll(f, "$DIR", dir))
+		}
+	}
+	return args
 }
 
 // setup makes repo: a git repository whose one commit holds the examples
