@@ -272,9 +272,14 @@ func TestEvalWatchTerminal(t *testing.T) {
 		write := writer(t, dir)
 		write("sync.yaml", watchSync)
 		write("app/main.star", watchScript(`"1"`))
-		cmd := exec.Command(scriptCmd, "-qfec", exe+" eval --watch -f sync.yaml", "/dev/null")
+		// script(1) runs the command with $SHELL -c; exec makes the
+		// engine its child whatever the shell. A shell left in between
+		// gets the Ctrl-C too, and dash then dies of it (status 130)
+		// however the engine exits.
+		cmd := exec.Command(scriptCmd, "-qfec", "exec "+exe+" eval --watch -f sync.yaml", "/dev/null")
+		cmd.Env = append(os.Environ(), "SHELL=/bin/sh")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "TERM=xterm")
+		cmd.Env = append(cmd.Env, "TERM=xterm")
 		if noColor {
 			cmd.Env = append(cmd.Env, "NO_COLOR=1")
 		}
