@@ -2,9 +2,15 @@ package soak
 
 import (
 	"encoding/base64"
+	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -107,5 +113,53 @@ func TestWriteBudget(t *testing.T) {
 	r.mon.checkWrites()
 	if len(r.mon.violations) != 1 || r.mon.violations[0].what != warring.String() || r.mon.violations[0].inv != invWriteWar {
 		t.Fatalf("violations %+v, want one write war of %s", r.mon.violations, warring)
+	}
+}
+
+// TestOverlappingKillsLeaveOneOperator: two kill -9 faults that overlap
+// both restart the operator; one process may run afterwards, never two
+// (two operators without leader election fight over every object: a
+// write war the soak once blamed on the operator).
+func TestOverlappingKillsLeaveOneOperator(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fake-operator")
+	// Each start leaves a file named by its pid, and runs until killed.
+	script := "#!/bin/sh\ntouch " + dir + "/pid.$$\nexec sleep 60\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := &operatorProc{bin: bin, logPath: filepath.Join(dir, "log")}
+	if err := o.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer o.stop()
+	var wg sync.WaitGroup
+	for _, pause := range []time.Duration{100 * time.Millisecond, 300 * time.Millisecond} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := o.kill9()
+			time.Sleep(pause)
+			if err = errors.Join(err, o.start()); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(50 * time.Millisecond) // the second kill while the first waits
+	}
+	wg.Wait()
+	time.Sleep(200 * time.Millisecond) // each started script has touched its file
+	pids, err := filepath.Glob(filepath.Join(dir, "pid.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := 0
+	for _, p := range pids {
+		pid, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(p), "pid."))
+		if syscall.Kill(pid, 0) == nil {
+			alive++
+		}
+	}
+	if alive != 1 {
+		t.Fatalf("%d operator processes run after two overlapping kill -9 faults (%d started), want 1", alive, len(pids))
 	}
 }

@@ -42,7 +42,10 @@ func (o *operatorProc) start() error {
 }
 
 func (o *operatorProc) startLocked() error {
-	if o.stopped {
+	if o.stopped || o.running() {
+		// Two overlapping kill -9 faults both restart it: one process
+		// runs, never two (two operators without leader election would
+		// fight over every object).
 		return nil
 	}
 	log, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -87,6 +90,20 @@ func (o *operatorProc) startLocked() error {
 		}()
 	}()
 	return nil
+}
+
+// running reports whether the process last started has not exited yet.
+// The caller holds o.mu.
+func (o *operatorProc) running() bool {
+	if o.cmd == nil {
+		return false
+	}
+	select {
+	case <-o.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // kill9 kills the operator and its workers with SIGKILL and waits until
