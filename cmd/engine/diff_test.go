@@ -224,15 +224,22 @@ func syncDir(t *testing.T, env *testenv.Env, dir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, ms) })
+	waitSynced(t, env, ms)
+}
+
+// waitSynced waits until the operator has synced ms's generation, and
+// returns it as it is then.
+func waitSynced(t *testing.T, env *testenv.Env, ms *v1alpha1.ManifestSync) *v1alpha1.ManifestSync {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cur := &v1alpha1.ManifestSync{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
 			t.Fatal(err)
 		}
 		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
 		if c != nil && c.ObservedGeneration == cur.Generation && c.Reason == v1alpha1.ReasonSynced {
-			return
+			return cur
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the ManifestSync did not sync: %+v", c)

@@ -10,17 +10,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // seamTransform renders one ConfigMap, inputs, whose data is the revision
@@ -112,7 +109,7 @@ spec:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, ms) })
-	want := syncedInputs(t, ms)
+	want := waitSynced(t, env, ms).Status.Inputs.Sources
 	if want["repo"] != "main@sha1:"+hash || !strings.HasPrefix(want["cfg"], "resourceVersion:") || !strings.HasPrefix(want["secrets"], "objects:2@sha256:") {
 		t.Fatalf("the operator's inputs: %v", want)
 	}
@@ -188,25 +185,3 @@ spec:
 		t.Errorf("diff with another revision of cfg: exit %d:\n%s", code, out)
 	}
 }
-
-// syncedInputs waits until the operator has synced ms's generation and
-// returns status.inputs.sources.
-func syncedInputs(t *testing.T, ms *v1alpha1.ManifestSync) map[string]string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cur := &v1alpha1.ManifestSync{}
-		if err := cluster.env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
-			t.Fatal(err)
-		}
-		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
-		if c != nil && c.ObservedGeneration == cur.Generation && c.Reason == v1alpha1.ReasonSynced && cur.Status.Inputs != nil {
-			return cur.Status.Inputs.Sources
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ManifestSync did not sync: %+v", c)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
