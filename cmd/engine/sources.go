@@ -18,7 +18,8 @@ import (
 )
 
 // resolveSources takes the snapshot of every source the engine does not
-// build itself: an override from --source (a directory, a file or a Git
+// build itself, as source.Resolver with source.Local does: an override
+// from --source (a directory, a file or a Git
 // URL), else a local copy beside the sync file (NAME/ or NAME.yaml), else,
 // for a git source, a fetch of what the spec names. An override of a source
 // the sync file does not have is a usage error. A git source read from a
