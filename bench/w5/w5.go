@@ -20,8 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,9 +46,10 @@ import (
 
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
-	"github.com/manifestsync/manifestsync/operator/gitsource"
 )
 
 const (
@@ -241,8 +244,8 @@ func (b *bench) startOperator(ctx context.Context, scheme *runtime.Scheme) error
 		return err
 	}
 	cacheDir := filepath.Join(b.dir, "cache")
-	b.sources = &countingSources{inner: gitsource.New(cacheDir), took: map[types.NamespacedName][]time.Duration{}}
-	b.r = &controller.Reconciler{Sources: b.sources, Options: controller.Options{Concurrency: workers, TargetWorkers: 4}}
+	b.sources = &countingSources{inner: controller.NewGitProvider(cacheDir), took: map[types.NamespacedName][]time.Duration{}}
+	b.r = &controller.Reconciler{Git: b.sources.provider, Options: controller.Options{Concurrency: workers, TargetWorkers: 4}}
 	mctx, stop := context.WithCancel(ctx)
 	if err := b.r.SetupWithManager(mctx, mgr); err != nil {
 		stop()
@@ -465,22 +468,34 @@ func (b *bench) deleteAll(ctx context.Context) error {
 
 // countingSources counts the polls of the git provider and times them.
 type countingSources struct {
-	inner controller.Sources
+	inner controller.GitProvider
 	polls atomic.Int64
 
 	mu   sync.Mutex
 	took map[types.NamespacedName][]time.Duration
 }
 
-func (s *countingSources) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error) {
+// provider is the git provider of a reconcile, counted.
+func (s *countingSources) provider(creds git.Credentials) source.GitFetcher {
+	return countedFetcher{s: s, inner: s.inner(creds)}
+}
+
+type countedFetcher struct {
+	s     *countingSources
+	inner source.GitFetcher
+}
+
+// FetchGit times the fetch of the repository of one ManifestSync: the
+// repository has its name.
+func (c countedFetcher) FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error) {
 	start := time.Now()
-	snap, err := s.inner.Fetch(ctx, ms, src, secrets)
+	snap, err := c.inner.FetchGit(ctx, name, src)
 	d := time.Since(start)
-	s.polls.Add(1)
-	key := types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}
-	s.mu.Lock()
-	s.took[key] = append(s.took[key], d)
-	s.mu.Unlock()
+	c.s.polls.Add(1)
+	key := types.NamespacedName{Namespace: namespace, Name: strings.TrimSuffix(path.Base(src.URL), ".git")}
+	c.s.mu.Lock()
+	c.s.took[key] = append(c.s.took[key], d)
+	c.s.mu.Unlock()
 	return snap, err
 }
 

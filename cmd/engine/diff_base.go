@@ -32,14 +32,14 @@ import (
 // git.Commit, never through a checkout); both evaluate in the one worker
 // of the command, bounded as eval's.
 
-// commitTree is the localTree of a commit: paths of the file system are
+// commitTree is the source.Tree of a commit: paths of the file system are
 // read from the commit, at their place relative to the repository's root.
 type commitTree struct {
 	c   *git.Commit
 	rev string // as given, to name files in messages: REV:path
 }
 
-func (t commitTree) exists(p string) bool {
+func (t commitTree) Exists(p string) bool {
 	rel, err := t.c.Rel(p)
 	if err != nil {
 		return false
@@ -48,7 +48,7 @@ func (t commitTree) exists(p string) bool {
 	return err == nil
 }
 
-func (t commitTree) read(dir, name string, object bool) (*engine.Snapshot, error) {
+func (t commitTree) Read(dir, name string, object bool) (*engine.Snapshot, error) {
 	rel, err := t.c.Rel(filepath.Join(dir, name))
 	if err != nil {
 		return nil, err
@@ -73,8 +73,8 @@ func (t commitTree) read(dir, name string, object bool) (*engine.Snapshot, error
 
 // side is one of the two renders: where it reads files from.
 type side struct {
-	name string    // "base" or "worktree", in diff headers
-	tree localTree // the local copies of sources
+	name string      // "base" or "worktree", in diff headers
+	tree source.Tree // the local copies of sources
 	// candidates lists the YAML files under paths; readFile reads one.
 	candidates func(paths []string) ([]candidate, error)
 	readFile   func(p string) ([]byte, error)
@@ -84,7 +84,7 @@ type side struct {
 func workSide() side {
 	return side{
 		name: "worktree",
-		tree: workTree{},
+		tree: source.WorkTree{},
 		candidates: func(paths []string) ([]candidate, error) {
 			var present []string
 			for _, p := range paths {
@@ -282,7 +282,7 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 		return usageErr("diff: --base %s: %w", f.base, err)
 	}
 	for _, p := range paths {
-		if !(workTree{}).exists(p) && !(commitTree{c: c}).exists(p) {
+		if !(source.WorkTree{}).Exists(p) && !(commitTree{c: c}).Exists(p) {
 			return usageErr("diff: %s: neither in the working tree nor at %s", p, f.base)
 		}
 	}

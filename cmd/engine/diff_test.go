@@ -31,6 +31,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -94,7 +95,7 @@ func startCluster() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &controller.Reconciler{
 		Options: controller.Options{RetryMin: 100 * time.Millisecond, RetryMax: time.Second},
-		Sources: repos,
+		Git:     repos.provider,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
@@ -144,22 +145,36 @@ func closedPort() string {
 	return port
 }
 
-// repos stands in for the git provider: each test's repository, by URL,
-// as it was when the ManifestSync was created.
-var repos = &testRepos{snaps: map[string]*engine.Snapshot{}}
+// repos stands in for the git provider for test:// URLs: each test's
+// repository, by URL, as it was when the ManifestSync was created. Other
+// URLs are fetched by the operator's own provider.
+var repos = &testRepos{snaps: map[string]*engine.Snapshot{}, fetch: controller.NewGitProvider("")}
 
 type testRepos struct {
 	mu    sync.Mutex
 	snaps map[string]*engine.Snapshot
+	fetch controller.GitProvider
 }
 
-func (r *testRepos) Fetch(_ context.Context, _ *v1alpha1.ManifestSync, src *v1alpha1.Source, _ client.Reader) (*engine.Snapshot, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if snap := r.snaps[src.Git.URL]; snap != nil {
+func (r *testRepos) provider(creds git.Credentials) source.GitFetcher {
+	return testFetcher{repos: r, fetch: r.fetch(creds)}
+}
+
+type testFetcher struct {
+	repos *testRepos
+	fetch source.GitFetcher
+}
+
+func (f testFetcher) FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error) {
+	if !strings.HasPrefix(src.URL, "test://") {
+		return f.fetch.FetchGit(ctx, name, src)
+	}
+	f.repos.mu.Lock()
+	defer f.repos.mu.Unlock()
+	if snap := f.repos.snaps[src.URL]; snap != nil {
 		return snap, nil
 	}
-	return nil, fmt.Errorf("no repository %s", src.Git.URL)
+	return nil, fmt.Errorf("no repository %s", src.URL)
 }
 
 // syncYAML is a ManifestSync of the objects of repo/ into its own
@@ -209,15 +224,22 @@ func syncDir(t *testing.T, env *testenv.Env, dir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, ms) })
+	waitSynced(t, env, ms)
+}
+
+// waitSynced waits until the operator has synced ms's generation, and
+// returns it as it is then.
+func waitSynced(t *testing.T, env *testenv.Env, ms *v1alpha1.ManifestSync) *v1alpha1.ManifestSync {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cur := &v1alpha1.ManifestSync{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
 			t.Fatal(err)
 		}
 		c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
 		if c != nil && c.ObservedGeneration == cur.Generation && c.Reason == v1alpha1.ReasonSynced {
-			return
+			return cur
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the ManifestSync did not sync: %+v", c)

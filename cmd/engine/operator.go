@@ -26,7 +26,6 @@ import (
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
-	"github.com/manifestsync/manifestsync/operator/gitsource"
 	"github.com/manifestsync/manifestsync/operator/webhook"
 )
 
@@ -251,7 +250,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	// manager's own stop.
 	f.reconcilerOpts.ShutdownGrace = max(f.shutdownGrace-5*time.Second, f.shutdownGrace*4/5)
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers
-	r := &controller.Reconciler{Options: f.reconcilerOpts, Sources: gitsource.New(gitCacheDir())}
+	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: controller.NewGitProvider(gitCacheDir())}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

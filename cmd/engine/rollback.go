@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/history"
 )
 
@@ -90,7 +89,7 @@ func runRollback(ctx context.Context, stdout io.Writer, f *rollbackFlags, name s
 		fmt.Fprintln(stdout, "  no source changed")
 	}
 	for _, ch := range res.Changes {
-		fmt.Fprintf(stdout, "  source %s: %s -> %s\n", ch.Source, describeRef(ch.From), describeRef(ch.To))
+		fmt.Fprintf(stdout, "  source %s: %s -> %s\n", ch.Source, source.RefYAML(ch.From), source.RefYAML(ch.To))
 	}
 	for _, n := range res.Notes {
 		fmt.Fprintf(stdout, "  not restored: %s\n", n)
@@ -99,18 +98,4 @@ func runRollback(ctx context.Context, stdout io.Writer, f *rollbackFlags, name s
 		return failed(fmt.Errorf("rollback: %d inputs not restored", len(res.Notes)))
 	}
 	return nil
-}
-
-// describeRef shows a ref as it is written in the spec.
-func describeRef(r v1alpha1.GitRef) string {
-	var parts []string
-	for _, p := range []struct{ k, v string }{{"branch", r.Branch}, {"tag", r.Tag}, {"semver", r.SemVer}, {"commit", r.Commit}} {
-		if p.v != "" {
-			parts = append(parts, p.k+": "+p.v)
-		}
-	}
-	if len(parts) == 0 {
-		return "{} (the remote's HEAD)"
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
 }

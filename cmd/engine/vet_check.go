@@ -288,9 +288,9 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	}
 	sf := &engine.SyncFile{Name: d.file, Sync: ms}
 	snaps, err := readSources(ctx, sf, v.sources)
-	var se *sourceError
+	var se *source.Error
 	if errors.As(err, &se) {
-		return failAt(d.line(fmt.Sprintf("spec.sources[%d]", se.index)), err)
+		return failAt(d.line(fmt.Sprintf("spec.sources[%d]", se.Index)), err)
 	} else if err != nil {
 		return fail(err)
 	}

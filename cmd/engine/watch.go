@@ -19,6 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
 )
 
@@ -138,7 +139,7 @@ func (w *watcher) watch(run *evalRun) {
 	dirs := map[string]bool{filepath.Dir(filepath.Clean(w.f.file)): true}
 	for _, s := range w.f.sources {
 		_, p, _ := strings.Cut(s, "=")
-		if isGitURL(p) {
+		if source.IsGitURL(p) {
 			continue
 		}
 		p = filepath.Clean(p)

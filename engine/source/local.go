@@ -1,7 +1,6 @@
 package source
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Limits bound what a source may hold, so that a mistaken path (a home
@@ -151,19 +149,4 @@ func ObjectSnapshot(obj map[string]any) *engine.Snapshot {
 		snap.Revision = engine.ObjectDigest(obj)
 	}
 	return snap
-}
-
-// ObjectGetter reads one object of a cluster; the operator implements it.
-type ObjectGetter interface {
-	GetObject(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error)
-}
-
-// Object fetches an object source through a getter.
-func Object(ctx context.Context, g ObjectGetter, apiVersion, kind, namespace, name string) (*engine.Snapshot, error) {
-	obj, err := g.GetObject(ctx, apiVersion, kind, namespace, name)
-	if err != nil {
-		id := v1alpha1.ObjectID{Namespace: namespace, Name: name, Kind: kind}
-		return nil, fmt.Errorf("%s: %w", id, err)
-	}
-	return ObjectSnapshot(obj), nil
 }

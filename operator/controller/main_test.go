@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -75,18 +76,28 @@ var repos = fakeRepos{
 
 type fakeRepos map[string]*engine.Snapshot
 
-// Fetch reads the source's secretRef, as the git provider does, with the
-// reader the reconciler gives.
-func (f fakeRepos) Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error) {
-	if ref := src.Git.SecretRef; ref != nil {
-		if err := secrets.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &corev1.Secret{}); err != nil {
-			return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
+// provider stands in for NewGitProvider.
+func (f fakeRepos) provider(creds git.Credentials) source.GitFetcher {
+	return fakeFetcher{repos: f, creds: creds}
+}
+
+type fakeFetcher struct {
+	repos fakeRepos
+	creds git.Credentials
+}
+
+// FetchGit reads the source's secretRef, as git.Provider does, through
+// the credentials the reconciler gives.
+func (f fakeFetcher) FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error) {
+	if ref := src.SecretRef; ref != nil {
+		if _, err := f.creds(ctx, *ref); err != nil {
+			return nil, fmt.Errorf("source %q: %w", name, err)
 		}
 	}
-	if snap := f[src.Git.URL]; snap != nil {
+	if snap := f.repos[src.URL]; snap != nil {
 		return snap, nil
 	}
-	return nil, errGitNotWired
+	return nil, fmt.Errorf("source %q: %w", name, source.ErrGitNotWired)
 }
 
 func TestMain(m *testing.M) {
@@ -126,7 +137,7 @@ func newOperator(ctx context.Context, e *testenv.Env) (ctrl.Manager, *Reconciler
 			Evaluator: evaluators,
 			APIServer: apiServer,
 		},
-		Sources:  repos,
+		Git:      repos.provider,
 		Recorder: recorded,
 	}
 	if recorded.EventRecorder == nil {

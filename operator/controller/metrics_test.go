@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -67,7 +68,7 @@ func TestForgetMetrics(t *testing.T) {
 // TestSourceSeriesFollowTheSpec: a source's series go when it leaves the
 // spec; those of the sources still there stay.
 func TestSourceSeriesFollowTheSpec(t *testing.T) {
-	r := &Reconciler{Sources: repos}
+	r := &Reconciler{Git: repos.provider}
 	gitSource := func(name string) v1alpha1.Source {
 		return v1alpha1.Source{Name: name, Git: &v1alpha1.GitSource{URL: "test://kustomize"}}
 	}
@@ -135,7 +136,7 @@ func TestFetchResult(t *testing.T) {
 		{fmt.Errorf("source: %w", git.ErrPathNotFound), "path_not_found"},
 		{fmt.Errorf("source: %w", git.ErrLimit), "limit"},
 		{fmt.Errorf("source: timed out after 1m0s: %w", context.DeadlineExceeded), "timeout"},
-		{errGitNotWired, "error"},
+		{source.ErrGitNotWired, "error"},
 	} {
 		if got := fetchResult(c.err); got != c.want {
 			t.Errorf("fetchResult(%v) = %q, want %q", c.err, got, c.want)

@@ -195,17 +195,13 @@ func (s *objectSets) watch(w *watches, key setCacheKey, sel labels.Selector, gvk
 // cacheSyncTimeout bounds the wait for a new namespace cache to sync.
 const cacheSyncTimeout = 30 * time.Second
 
-// objectSetSource reads an object set source. What the set holds is
+// objectSetSource reads the objects of an object set. What the set holds is
 // decided on the metadata cache (labels, names, annotations); a body is
 // read from the API server, as the ManifestSync's service account, only
 // when the object is new to the set or its resourceVersion changed. Every
 // object of another namespace must share itself with the ManifestSync's
 // namespace (AllowNamespacesAnnotation), or the source fails naming it.
-func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, name string, o *v1alpha1.ObjectSetSource, st *syncState) (*engine.Snapshot, error) {
-	set, err := engine.CompileObjectSet(o, ms.Namespace)
-	if err != nil {
-		return nil, err
-	}
+func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
 	namespaces, err := r.setNamespaces(ctx, set)
 	if err != nil {
 		return nil, err
@@ -235,7 +231,7 @@ func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestS
 		}
 	}
 	forgetSetBodies(ms, name, read, st)
-	return engine.ObjectSetSnapshot(objs), nil
+	return objs, nil
 }
 
 // setObject is an object read for a set.

@@ -127,8 +127,9 @@ type Reconciler struct {
 	Mapper apimeta.RESTMapper
 	// Recorder records events; nil records none.
 	Recorder recorder.EventRecorder
-	// Sources fetches git sources; nil fails them.
-	Sources Sources
+	// Git makes the git provider of each reconcile; nil fails git
+	// sources.
+	Git     GitProvider
 	Options Options
 
 	managed  client.Reader // the metadata cache of owned objects

@@ -2,12 +2,12 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,56 +16,95 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
-// Sources fetches the snapshots of the sources the reconciler does not read
-// from the cluster itself: Git repositories. The git provider implements it.
-// secrets reads the Secrets a source names (its secretRef, in the
-// ManifestSync's namespace): as the ManifestSync's service account when it
-// has one, so that a tenant cannot borrow credentials its account may not
-// read.
-type Sources interface {
-	Fetch(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source, secrets client.Reader) (*engine.Snapshot, error)
+// GitProvider makes the git provider of one reconcile from the
+// credentials of its ManifestSync (see gitCredentials). NewGitProvider is
+// the one `engine operator` runs.
+type GitProvider func(creds git.Credentials) source.GitFetcher
+
+// NewGitProvider fetches with go-git through one shared git.Fetcher, which
+// caches repositories under cacheDir, or in memory when it is empty.
+func NewGitProvider(cacheDir string) GitProvider {
+	f := git.New(git.Options{CacheDir: cacheDir})
+	return func(creds git.Credentials) source.GitFetcher {
+		return git.Provider{Fetcher: f, Credentials: creds}
+	}
 }
 
-// errGitNotWired is the error of a git source when no Sources is configured.
-var errGitNotWired = errors.New("git sources are not wired yet")
-
 // fetchSources returns the snapshot of every git, object and object set
-// source.
-// Kustomize sources are built by the engine from the snapshots they name.
+// source, through the one source.Resolver the CLI uses too: git with the
+// credentials of ms's secretRefs, objects through the readers of
+// objectReaders. Kustomize sources are built by the engine from the
+// snapshots they name.
 func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (map[string]*engine.Snapshot, error) {
 	forgetGoneSources(ms, st)
-	snaps := map[string]*engine.Snapshot{}
-	for i := range ms.Spec.Sources {
-		src := &ms.Spec.Sources[i]
-		var (
-			snap *engine.Snapshot
-			err  error
-			typ  string
-		)
-		start := time.Now()
-		switch {
-		case src.Object != nil:
-			typ = "object"
-			snap, err = r.objectSource(ctx, ms, src.Object, st)
-		case src.Objects != nil:
-			typ = "objects"
-			snap, err = r.objectSetSource(ctx, ms, src.Name, src.Objects, st)
-		case src.Git != nil:
-			typ = "git"
-			snap, err = r.fetchGit(ctx, ms, src)
-		default:
-			continue
-		}
-		sourceDuration.WithLabelValues(ms.Namespace, ms.Name, src.Name, typ).Observe(time.Since(start).Seconds())
-		if err != nil {
-			return nil, fmt.Errorf("source %q: %w", src.Name, err)
-		}
-		snaps[src.Name] = snap
+	res := source.Resolver{
+		Namespace: ms.Namespace,
+		Objects:   r.objectReaders(ms, st),
+		Observe: func(src *v1alpha1.Source, kind string, took time.Duration, err error) {
+			sourceDuration.WithLabelValues(ms.Namespace, ms.Name, src.Name, kind).Observe(took.Seconds())
+			if kind == "git" && r.Git != nil {
+				gitFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, fetchResult(err)).Inc()
+			}
+		},
 	}
-	return snaps, nil
+	if r.Git != nil {
+		res.Git = r.Git(r.gitCredentials(ms))
+	}
+	return res.Resolve(ctx, ms.Spec.Sources)
+}
+
+// gitCredentials reads the Secret a git source's secretRef names, in ms's
+// namespace, as ms's service account when it has one (so that a tenant
+// cannot borrow credentials its account may not read), and uncached, so
+// that no Secret body is cached cluster-wide.
+func (r *Reconciler) gitCredentials(ms *v1alpha1.ManifestSync) git.Credentials {
+	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*git.Auth, error) {
+		secrets, err := r.reader(ms)
+		if err != nil {
+			return nil, err
+		}
+		var secret corev1.Secret
+		if err := secrets.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &secret); err != nil {
+			return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
+		}
+		return git.FromSecretData(secret.Data), nil
+	}
+}
+
+// objectReaders gives the reader of each object and object set source of
+// ms: the local cluster's, through the metadata caches, as ms's service
+// account, within the allow-list. This is where a source that names
+// another cluster gets that cluster's reader.
+func (r *Reconciler) objectReaders(ms *v1alpha1.ManifestSync, st *syncState) func(src *v1alpha1.Source) (source.ObjectReader, error) {
+	return func(*v1alpha1.Source) (source.ObjectReader, error) {
+		return &localObjects{r: r, ms: ms, st: st}, nil
+	}
+}
+
+// localObjects reads object and object set sources of ms from the local
+// cluster; st keeps the bodies read, so that steady state reads nothing.
+type localObjects struct {
+	r  *Reconciler
+	ms *v1alpha1.ManifestSync
+	st *syncState
+}
+
+// Get implements source.ObjectReader.
+func (l *localObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
+	snap, err := l.r.objectSource(ctx, l.ms, &o, l.st)
+	if err != nil {
+		return nil, err
+	}
+	return snap.Object, nil
+}
+
+// List implements source.ObjectReader.
+func (l *localObjects) List(ctx context.Context, name string, set *engine.ObjectSet) ([]map[string]any, error) {
+	return l.r.objectSetSource(ctx, l.ms, name, set, l.st)
 }
 
 // forgetGoneSources drops the metric series of the sources read before
@@ -81,22 +120,6 @@ func forgetGoneSources(ms *v1alpha1.ManifestSync, st *syncState) {
 		}
 	}
 	st.sourceNames = names
-}
-
-// fetchGit reads a git source through Sources, with the Secrets its
-// secretRef names read as the ManifestSync's service account, and counts
-// the read by result.
-func (r *Reconciler) fetchGit(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*engine.Snapshot, error) {
-	if r.Sources == nil {
-		return nil, errGitNotWired
-	}
-	secrets, err := r.reader(ms)
-	if err != nil {
-		return nil, err
-	}
-	snap, err := r.Sources.Fetch(ctx, ms, src, secrets)
-	gitFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, fetchResult(err)).Inc()
-	return snap, err
 }
 
 // objectRef is an object source, resolved: its kind and where it lives.

@@ -27,7 +27,6 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
-	"github.com/manifestsync/manifestsync/operator/gitsource"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
@@ -97,7 +96,7 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 		opts.RetryMin, opts.RetryMax = 100*time.Millisecond, time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &controller.Reconciler{Options: opts, Sources: gitsource.New("")}
+	r := &controller.Reconciler{Options: opts, Git: controller.NewGitProvider("")}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -91,7 +91,7 @@ type job struct {
 func (f *Fetcher) Fetch(ctx context.Context, name string, src v1alpha1.GitSource, auth *Auth) (*engine.Snapshot, error) {
 	snap, display, err := f.fetch(ctx, src, auth)
 	if err != nil {
-		err = fmt.Errorf("source %q: git %s (%s): %w", name, display, describeRef(src.Ref), err)
+		err = fmt.Errorf("source %q: git %s (%s): %w", name, display, source.DescribeRef(src.Ref), err)
 		return nil, redact(err, append(auth.secrets(), urlPassword(src.URL)))
 	}
 	return snap, nil
@@ -251,7 +251,7 @@ func (f *Fetcher) discard(cr *cachedRepo, key string) error {
 // snapshot returns the snapshot of commit, reading its tree only when the
 // cache holds no snapshot of it for the same URL, ref and path.
 func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j *job) (*engine.Snapshot, error) {
-	key := snapKey{url: j.remote.key, ref: describeRef(j.ref), path: j.dir}
+	key := snapKey{url: j.remote.key, ref: source.DescribeRef(j.ref), path: j.dir}
 	f.mu.Lock()
 	cached, ok := f.snaps[key]
 	f.mu.Unlock()

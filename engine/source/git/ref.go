@@ -3,7 +3,6 @@ package git
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -85,21 +84,6 @@ func (t target) localName() plumbing.ReferenceName {
 		return "refs/remotes/origin/HEAD"
 	}
 	return t.name
-}
-
-// describeRef names a ref in messages and cache keys.
-func describeRef(ref v1alpha1.GitRef) string {
-	switch {
-	case ref.Commit != "":
-		return "commit " + strconv.Quote(ref.Commit)
-	case ref.SemVer != "":
-		return "semver " + strconv.Quote(ref.SemVer)
-	case ref.Tag != "":
-		return "tag " + strconv.Quote(ref.Tag)
-	case ref.Branch != "":
-		return "branch " + strconv.Quote(ref.Branch)
-	}
-	return "HEAD"
 }
 
 // resolve finds what ref stands for in the listing; when several fields are

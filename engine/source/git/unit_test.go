@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -129,7 +130,7 @@ func TestResolve(t *testing.T) {
 	for _, tt := range tests {
 		got, err := resolve(tt.ref, l)
 		if err != nil {
-			t.Errorf("%s: %v", describeRef(tt.ref), err)
+			t.Errorf("%s: %v", source.DescribeRef(tt.ref), err)
 			continue
 		}
 		want := target{name: plumbing.ReferenceName(tt.name), pin: tt.pin}
@@ -137,7 +138,7 @@ func TestResolve(t *testing.T) {
 			want.commit = plumbing.NewHash(tt.commitOfListing)
 		}
 		if rev := got.revision(plumbing.NewHash(hash('f'))); rev != tt.rev+hash('f') || got.name != want.name || got.pin != want.pin || got.commit != want.commit {
-			t.Errorf("%s: got %+v (revision %s)", describeRef(tt.ref), got, rev)
+			t.Errorf("%s: got %+v (revision %s)", source.DescribeRef(tt.ref), got, rev)
 		}
 	}
 	if _, err := resolve(v1alpha1.GitRef{}, testListing(map[string]string{"refs/heads/x": hash('1')})); !errors.Is(err, ErrRefNotFound) ||

@@ -1,4 +1,4 @@
-package gitsource
+package controller
 
 import (
 	"context"
@@ -13,16 +13,11 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
-var env *testenv.Env
-
-func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env))
-}
-
-func TestFetch(t *testing.T) {
+// The operator's git provider fetches with the credentials of the Secret
+// a source's secretRef names, in the ManifestSync's namespace.
+func TestGitProvider(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
 	content := t.TempDir()
@@ -38,10 +33,10 @@ func TestFetch(t *testing.T) {
 
 	ns := env.Namespace(t, nil)
 	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
-	src := &v1alpha1.Source{Name: "config", Git: &v1alpha1.GitSource{URL: url, Ref: v1alpha1.GitRef{Branch: "main"}, Path: "deploy"}}
-	s := New(t.TempDir())
+	src := v1alpha1.GitSource{URL: url, Ref: v1alpha1.GitRef{Branch: "main"}, Path: "deploy"}
+	g := NewGitProvider(t.TempDir())(reconciler.gitCredentials(ms))
 
-	snap, err := s.Fetch(ctx, ms, src, env.Client)
+	snap, err := g.FetchGit(ctx, "config", src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +46,9 @@ func TestFetch(t *testing.T) {
 
 	// Credentials come from the Secret the secretRef names, in the
 	// ManifestSync's namespace; a missing one fails the source.
-	src.Git.SecretRef = &v1alpha1.LocalObjectReference{Name: "git-auth"}
-	_, err = s.Fetch(ctx, ms, src, env.Client)
-	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "secretRef "+ns+"/git-auth") {
+	src.SecretRef = &v1alpha1.LocalObjectReference{Name: "git-auth"}
+	_, err = g.FetchGit(ctx, "config", src)
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `source "config": secretRef `+ns+"/git-auth") {
 		t.Errorf("missing secret: %v", err)
 	}
 	secret := &corev1.Secret{
@@ -65,7 +60,7 @@ func TestFetch(t *testing.T) {
 	}
 	// With the Secret there, its credentials go with the fetch (git://
 	// has no use for them, but they are read without error).
-	if _, err := s.Fetch(ctx, ms, src, env.Client); err != nil {
+	if _, err := g.FetchGit(ctx, "config", src); err != nil {
 		t.Errorf("with the secret: %v", err)
 	}
 }

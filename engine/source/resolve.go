@@ -1,0 +1,169 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// A Resolver turns the sources of a spec into snapshots, the one way the
+// CLI and the operator read them: each source is read by the provider of
+// its kind, and its snapshot's revision is made here, so that both see
+// one spec at the same input digests. Kustomize sources are left to the
+// engine, which builds them from the snapshots they name.
+//
+// The operator gives the providers of a cluster: git with the credentials
+// of a ManifestSync's secretRefs, and object readers over its caches. The
+// CLI gives Local: the --source overrides and the copies beside the sync
+// file, read before any provider.
+type Resolver struct {
+	// Namespace is the ManifestSync's: where object sources and object
+	// sets without one read.
+	Namespace string
+	// Git fetches git sources; nil fails them with ErrGitNotWired.
+	Git GitFetcher
+	// Objects gives the reader of an object or object set source. It is
+	// asked per source, so that a source may read another cluster than
+	// its neighbours. Nil fails those sources.
+	Objects func(src *v1alpha1.Source) (ObjectReader, error)
+	// Local, when set, reads the sources it has a copy of in place of
+	// their providers.
+	Local *Local
+	// Observe, when set, is told of every source a provider read ("git",
+	// "object" or "objects"; not kustomize sources, nor local copies):
+	// how long it took and how it ended.
+	Observe func(src *v1alpha1.Source, kind string, took time.Duration, err error)
+}
+
+// GitFetcher fetches a git source; its errors name the source (source
+// "NAME": git URL (REF): ...). git.Provider is the one with go-git.
+type GitFetcher interface {
+	FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error)
+}
+
+// An ObjectReader reads objects of a cluster for object and object set
+// sources. The operator implements it over its caches, as the
+// ManifestSync's service account, within the allow-list; its errors name
+// the objects (Kind namespace/name).
+type ObjectReader interface {
+	// Get returns the object o names; o.Namespace is set.
+	Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error)
+	// List returns the objects set selects, in any order; source is the
+	// name of the object set source.
+	List(ctx context.Context, source string, set *engine.ObjectSet) ([]map[string]any, error)
+}
+
+// ErrGitNotWired is the error of a git source without a GitFetcher.
+var ErrGitNotWired = errors.New("git sources are not wired yet")
+
+// Error is the failure to read spec.sources[Index]. Its message names the
+// source.
+type Error struct {
+	Index int
+	Name  string
+	Err   error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Resolve returns the snapshot of every source but kustomize sources, by
+// name. The first source that fails stops it with an *Error.
+func (r *Resolver) Resolve(ctx context.Context, sources []v1alpha1.Source) (map[string]*engine.Snapshot, error) {
+	snaps := map[string]*engine.Snapshot{}
+	for i := range sources {
+		src := &sources[i]
+		snap, err := r.resolve(ctx, src)
+		if err != nil {
+			return nil, &Error{Index: i, Name: src.Name, Err: err}
+		}
+		if snap != nil {
+			snaps[src.Name] = snap
+		}
+	}
+	return snaps, nil
+}
+
+// resolve reads one source: nil, nil for a kustomize source.
+func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source) (*engine.Snapshot, error) {
+	if r.Local != nil {
+		snap, ok, err := r.Local.read(ctx, r, src)
+		if ok || err != nil {
+			return snap, err
+		}
+	}
+	var kind string
+	switch {
+	case src.Object != nil:
+		kind = "object"
+	case src.Objects != nil:
+		kind = "objects"
+	case src.Git != nil:
+		kind = "git"
+	default:
+		return nil, nil
+	}
+	start := time.Now()
+	snap, err := r.read(ctx, src)
+	if r.Observe != nil {
+		r.Observe(src, kind, time.Since(start), err)
+	}
+	return snap, err
+}
+
+// read reads src through its provider.
+func (r *Resolver) read(ctx context.Context, src *v1alpha1.Source) (*engine.Snapshot, error) {
+	if src.Git != nil {
+		return r.fetchGit(ctx, src.Name, *src.Git)
+	}
+	snap, err := r.readObjects(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("source %q: %w", src.Name, err)
+	}
+	return snap, nil
+}
+
+func (r *Resolver) fetchGit(ctx context.Context, name string, g v1alpha1.GitSource) (*engine.Snapshot, error) {
+	if r.Git == nil {
+		return nil, fmt.Errorf("source %q: %w", name, ErrGitNotWired)
+	}
+	return r.Git.FetchGit(ctx, name, g)
+}
+
+// readObjects reads an object or object set source through its reader.
+func (r *Resolver) readObjects(ctx context.Context, src *v1alpha1.Source) (*engine.Snapshot, error) {
+	var set *engine.ObjectSet
+	if src.Objects != nil {
+		var err error
+		if set, err = engine.CompileObjectSet(src.Objects, r.Namespace); err != nil {
+			return nil, err
+		}
+	}
+	if r.Objects == nil {
+		return nil, errors.New("no object reader")
+	}
+	reader, err := r.Objects(src)
+	if err != nil {
+		return nil, err
+	}
+	if set != nil {
+		objs, err := reader.List(ctx, src.Name, set)
+		if err != nil {
+			return nil, err
+		}
+		return engine.ObjectSetSnapshot(objs), nil
+	}
+	o := *src.Object
+	if o.Namespace == "" {
+		o.Namespace = r.Namespace
+	}
+	obj, err := reader.Get(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return ObjectSnapshot(obj), nil
+}
