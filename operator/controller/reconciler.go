@@ -54,6 +54,12 @@ type Options struct {
 	// unreachable one fails its targets without stalling the others;
 	// default 10s.
 	RemoteTimeout time.Duration
+	// AllowKubeconfigExec lets the kubeconfigs of remote clusters (of
+	// sources and targets) get their credentials from a plugin
+	// (users[].user.exec, auth-provider). Off, such a kubeconfig is
+	// refused: the plugin is a command named by whoever may write the
+	// Secret, run on the operator's machine with the operator's rights.
+	AllowKubeconfigExec bool
 	// DeletionTimeout is how long a deleted ManifestSync waits for its
 	// objects to be pruned or orphaned (a remote cluster may be
 	// unreachable) before its finalizer is removed anyway, with a Warning

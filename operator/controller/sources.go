@@ -46,13 +46,17 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 			typ  string
 		)
 		start := time.Now()
+		sc, err := r.sourceClusterOf(ctx, ms, src) // this cluster, or the remote one src.Cluster names
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", src.Name, err)
+		}
 		switch {
 		case src.Object != nil:
 			typ = "object"
-			snap, err = r.objectSource(ctx, ms, src.Object, st)
+			snap, err = r.objectSource(ctx, ms, sc, src.Object, st)
 		case src.Objects != nil:
 			typ = "objects"
-			snap, err = r.objectSetSource(ctx, ms, src.Name, src.Objects, st)
+			snap, err = r.objectSetSource(ctx, ms, sc, src.Name, src.Objects, st)
 		case src.Git != nil:
 			typ = "git"
 			snap, err = r.fetchGit(ctx, ms, src)
@@ -61,7 +65,7 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 		}
 		sourceDuration.WithLabelValues(ms.Namespace, ms.Name, src.Name, typ).Observe(time.Since(start).Seconds())
 		if err != nil {
-			return nil, fmt.Errorf("source %q: %w", src.Name, err)
+			return nil, fmt.Errorf("source %q: %w", src.Name, sc.fail(err))
 		}
 		snaps[src.Name] = snap
 	}
@@ -104,6 +108,7 @@ type objectRef struct {
 	gvk       schema.GroupVersionKind
 	namespace string
 	name      string
+	cluster   string // "" or a remote one (sourceCluster.ref)
 }
 
 func (o objectRef) String() string {
@@ -132,12 +137,13 @@ func objectRefOf(ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource) (objectRef
 // objectSource reads an object source. The body is read from the API
 // server only when the object's resourceVersion, as the metadata cache
 // sees it, differs from the snapshot read last; steady state reads nothing.
-func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
+func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
 	ref, err := objectRefOf(ms, o)
 	if err != nil {
 		return nil, err
 	}
-	cached, err := r.watches.source(ctx, ref.gvk, ref.namespace)
+	ref.cluster = sc.ref
+	cached, err := sc.object(ctx, ref.gvk, ref.namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching: %w", ref, err)
 	}
@@ -146,7 +152,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	meta.SetGroupVersionKind(ref.gvk)
 	if err := cached.Get(ctx, key, meta); err == nil {
 		if snap := st.sources[ref]; snap != nil && snap.Revision == "resourceVersion:"+meta.ResourceVersion {
-			if err := allowed(ms, ref, meta.Annotations); err != nil {
+			if err := sc.allowed(ms, ref, meta.Annotations); err != nil {
 				return nil, err
 			}
 			return snap, nil
@@ -154,7 +160,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	}
 	// The body is read as the ManifestSync's service account, if any: a
 	// tenant reads only what its account may.
-	reader, err := r.reader(ms)
+	reader, err := sc.bodies(ms)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +172,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 		}
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
-	if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+	if err := sc.allowed(ms, ref, obj.GetAnnotations()); err != nil {
 		return nil, err
 	}
 	// Scripts see the object as users wrote it, not the server's
@@ -196,7 +202,7 @@ func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]st
 func sourceIndexKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, s := range ms.Spec.Sources {
-		if s.Object == nil {
+		if s.Object == nil || s.Cluster != nil { // a remote one's events come from its cluster
 			continue
 		}
 		if ref, err := objectRefOf(ms, s.Object); err == nil {

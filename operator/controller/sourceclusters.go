@@ -1,0 +1,377 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// indexClusterSources indexes ManifestSyncs by the remote clusters their
+// sources read, "namespace/secret/key" of the kubeconfig.
+const indexClusterSources = "manifestsync.dev/cluster-sources"
+
+// sourceCluster is the cluster an object or object set source reads, and
+// how: this one (the operator's caches; bodies as the ManifestSync's
+// service account; objects of other namespaces only when they share
+// themselves) or a remote one (caches of its own, started on first use,
+// and its kubeconfig's credentials, which alone authorise the reads: the
+// allow-list annotation governs this cluster only).
+type sourceCluster struct {
+	// ref is "" for this cluster, else "<secret>/<key>", as the inventory
+	// names clusters: it keeps the bodies read from two clusters apart.
+	ref string
+	// object and set return the synced metadata cache of the objects of
+	// kind gvk in namespace, for an object source, or for an object set
+	// (holding at least what sel matches).
+	object func(ctx context.Context, gvk schema.GroupVersionKind, namespace string) (client.Reader, error)
+	set    func(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (client.Reader, error)
+	// bodies reads objects whole, for ms.
+	bodies func(ms *v1alpha1.ManifestSync) (client.Reader, error)
+	// namespaces lists the cluster's namespaces, for namespaceSelectors.
+	namespaces func(ctx context.Context) ([]engine.Namespace, error)
+	// kinds are the kinds the whole-namespace form reads.
+	kinds func() ([]schema.GroupVersionKind, error)
+	// fail names the cluster in an error of a remote one.
+	fail func(err error) error
+}
+
+// allowed reports whether ms may read the object ref, whose annotations
+// are given: in this cluster see allowed; a remote cluster's credentials
+// decide alone.
+func (c *sourceCluster) allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]string) error {
+	if c.ref != "" {
+		return nil
+	}
+	return allowed(ms, ref, annotations)
+}
+
+// sourceClusterOf is the cluster src reads.
+func (r *Reconciler) sourceClusterOf(ctx context.Context, ms *v1alpha1.ManifestSync, src *v1alpha1.Source) (*sourceCluster, error) {
+	if src.Cluster == nil {
+		return r.localSources(), nil
+	}
+	ref := kubeConfigRefOf(ms, src.Cluster)
+	rc, err := r.remotes.get(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
+	}
+	rs, err := r.remotes.sourcesOf(ref, rc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
+	}
+	return rs.cluster(), nil
+}
+
+// localSources is this cluster, as sources read it.
+func (r *Reconciler) localSources() *sourceCluster {
+	return &sourceCluster{
+		object:     r.watches.source,
+		set:        r.setReader,
+		bodies:     r.reader,
+		namespaces: func(ctx context.Context) ([]engine.Namespace, error) { return Namespaces(ctx, r.Client) },
+		kinds: func() ([]schema.GroupVersionKind, error) {
+			if r.sets == nil {
+				return nil, fmt.Errorf("discovery is not wired")
+			}
+			return namespacedKinds(r.sets.kinds)
+		},
+		fail: func(err error) error { return err },
+	}
+}
+
+// kubeConfigRefOf is the kubeconfig of a cluster of ms.
+func kubeConfigRefOf(ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) kubeConfigRef {
+	key := c.KubeConfigSecretRef.Key
+	if key == "" {
+		key = defaultKubeConfigKey
+	}
+	return kubeConfigRef{namespace: ms.Namespace, name: c.KubeConfigSecretRef.Name, key: key}
+}
+
+func (k kubeConfigRef) String() string { return k.namespace + "/" + k.name + "/" + k.key }
+
+// clusterSourceKeys are the index keys of the remote clusters ms's
+// sources read.
+func clusterSourceKeys(ms *v1alpha1.ManifestSync) []string {
+	var keys []string
+	for _, s := range ms.Spec.Sources {
+		if s.Cluster != nil {
+			keys = append(keys, kubeConfigRefOf(ms, s.Cluster).String())
+		}
+	}
+	return keys
+}
+
+// remoteSources watches what the sources of one remote cluster read, as
+// one version of its kubeconfig reaches it: metadata caches per namespace
+// and label selector (the bodies are read from the API server when a
+// resourceVersion changed), and a probe of its API server. A change in
+// the caches, and the cluster going down or coming back, wakes the
+// ManifestSyncs that read it. While the probe fails, the sources of the
+// cluster fail at once as unreachable, and the caches' list and watch
+// calls wait for it, so that they resume within a second of its return.
+type remoteSources struct {
+	name        string // the kubeconfig Secret's
+	ref         string // "<secret>/<key>"
+	rc          *remoteClient
+	ctx         context.Context
+	cancel      context.CancelFunc
+	probe       *APIServerProbe
+	kinds       discovery.CachedDiscoveryInterface
+	syncTimeout time.Duration
+	// changed is called, coalesced, when something the sources may read
+	// changed.
+	changed chan struct{}
+
+	mu      sync.Mutex
+	caches  map[setCacheKey]cache.Cache
+	watched map[setWatchKey]bool
+}
+
+// sourcesOf returns the source watches of the cluster ref, as rc reaches
+// it, starting them on first use.
+func (rs *remotes) sourcesOf(ref kubeConfigRef, rc *remoteClient) (*remoteSources, error) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.sources != nil {
+		return rc.sources, nil
+	}
+	if rs.base == nil {
+		return nil, fmt.Errorf("remote sources are not wired")
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(rc.config, rc.http)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	probe, err := NewAPIServerProbe(rc.config)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(rs.base)
+	s := &remoteSources{
+		name: ref.name, ref: ref.name + "/" + ref.key, rc: rc,
+		ctx: ctx, cancel: cancel, probe: probe,
+		kinds:       memory.NewMemCacheClient(dc),
+		syncTimeout: rs.timeout,
+		changed:     make(chan struct{}, 1),
+		caches:      map[setCacheKey]cache.Cache{},
+		watched:     map[setWatchKey]bool{},
+	}
+	probe.remote = true
+	probe.log = ctrl.Log.WithName("cluster").WithValues("cluster", ref.name, "namespace", ref.namespace)
+	probe.changed = s.change
+	go func() { _ = probe.Start(ctx) }()
+	go s.notify(func() { rs.sourcesChanged(ref) })
+	rc.sources = s
+	return s, nil
+}
+
+// stop stops the caches and the probe.
+func (s *remoteSources) stop() { s.cancel() }
+
+// change records that something changed, for notify.
+func (s *remoteSources) change() {
+	select {
+	case s.changed <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// notify calls wake for the changes recorded, a burst (a cache's first
+// list) at once, until the watches stop.
+func (s *remoteSources) notify(wake func()) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.changed:
+			wake()
+		}
+	}
+}
+
+// cluster is the remote cluster as sources read it.
+func (s *remoteSources) cluster() *sourceCluster {
+	return &sourceCluster{
+		ref: s.ref,
+		object: func(ctx context.Context, gvk schema.GroupVersionKind, namespace string) (client.Reader, error) {
+			return s.metadata(ctx, gvk, namespace, labels.Everything())
+		},
+		set:        s.metadata,
+		bodies:     func(*v1alpha1.ManifestSync) (client.Reader, error) { return s.rc.client, s.reachable() },
+		namespaces: s.namespaces,
+		kinds:      func() ([]schema.GroupVersionKind, error) { return namespacedKinds(s.kinds) },
+		fail:       s.fail,
+	}
+}
+
+// reachable fails, with an *unreachableError, while the probe does.
+func (s *remoteSources) reachable() error {
+	if _, err := s.probe.down(); err != nil {
+		return &unreachableError{err}
+	}
+	return nil
+}
+
+// unreachableError is the failure of a cluster that does not answer.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return "unreachable: " + e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// fail names the cluster in err, and says when it does not answer or
+// refuses the credentials. A cluster that does not answer is the whole
+// error, whatever was read when it was found out.
+func (s *remoteSources) fail(err error) error {
+	var down *unreachableError
+	if errors.As(err, &down) {
+		return fmt.Errorf("cluster %q: %w", s.name, down)
+	}
+	if f := clusterFailure(err); f != "" {
+		return fmt.Errorf("cluster %q: %s: %w", s.name, f, err)
+	}
+	return fmt.Errorf("cluster %q: %w", s.name, err)
+}
+
+// metadata watches the metadata of the objects of kind gvk in namespace
+// that sel matches ("" and Namespace: the cluster's namespaces), and
+// returns their cache once it has synced.
+func (s *remoteSources) metadata(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (client.Reader, error) {
+	if err := s.reachable(); err != nil {
+		return nil, err
+	}
+	c, inf, err := s.informer(ctx, gvk, namespace, sel)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.syncTimeout)
+	defer cancel()
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if err := s.reachable(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the cache of %s in namespace %q did not sync within %v", gvk.Kind, namespace, s.syncTimeout)
+	}
+	return c, nil
+}
+
+// informer returns the cache of namespace and sel, made on first use,
+// and its informer of kind gvk, which wakes the cluster's readers on
+// every change.
+func (s *remoteSources) informer(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (cache.Cache, cache.Informer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := setCacheKey{namespace: namespace, selector: sel.String()}
+	c := s.caches[key]
+	if c == nil {
+		opts := cache.Options{
+			HTTPClient:       s.rc.http,
+			Scheme:           s.rc.client.Scheme(),
+			Mapper:           s.rc.mapper,
+			DefaultTransform: cache.TransformStripManagedFields(),
+			NewInformer:      s.probe.NewInformer,
+		}
+		if namespace != "" {
+			opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+		}
+		if !sel.Empty() {
+			opts.DefaultLabelSelector = sel
+		}
+		var err error
+		if c, err = cache.New(s.rc.config, opts); err != nil {
+			return nil, nil, fmt.Errorf("creating the cache of namespace %q, objects %s: %w", namespace, sel, err)
+		}
+		go func() { _ = c.Start(s.ctx) }()
+		s.caches[key] = c
+	}
+	// An unknown kind would make the watch retry forever; fail instead.
+	if _, err := s.rc.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return nil, nil, err
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, nil, err
+	}
+	if wk := (setWatchKey{setCacheKey: key, gvk: gvk}); !s.watched[wk] {
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { s.change() },
+			UpdateFunc: func(before, after any) {
+				b, ok1 := before.(client.Object)
+				a, ok2 := after.(client.Object)
+				if !ok1 || !ok2 || b.GetResourceVersion() != a.GetResourceVersion() {
+					s.change()
+				}
+			},
+			DeleteFunc: func(any) { s.change() },
+		}); err != nil {
+			return nil, nil, err
+		}
+		s.watched[wk] = true
+	}
+	return c, inf, nil
+}
+
+// namespaces lists the cluster's namespaces from a watch of them.
+func (s *remoteSources) namespaces(ctx context.Context) ([]engine.Namespace, error) {
+	c, err := s.metadata(ctx, corev1.SchemeGroupVersion.WithKind("Namespace"), "", labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	return Namespaces(ctx, c)
+}
+
+// setupSourceClusters wires remote sources: the index of the clusters
+// sources read, the channel through which their watches wake
+// ManifestSyncs, and the lifetime of those watches (the manager's).
+func (r *Reconciler) setupSourceClusters(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexClusterSources, func(o client.Object) []string {
+		return clusterSourceKeys(o.(*v1alpha1.ManifestSync))
+	}); err != nil {
+		return err
+	}
+	events := make(chan event.GenericEvent)
+	if err := r.watches.ctrl.Watch(source.Channel(events, &handler.EnqueueRequestForObject{})); err != nil {
+		return err
+	}
+	base, cancel := context.WithCancel(context.Background())
+	r.remotes.base = base
+	r.remotes.sourcesChanged = func(ref kubeConfigRef) {
+		for _, req := range r.listBy(base, indexClusterSources, ref.String()) {
+			ms := &v1alpha1.ManifestSync{}
+			ms.Namespace, ms.Name = req.Namespace, req.Name
+			select {
+			case events <- event.GenericEvent{Object: ms}:
+			case <-base.Done():
+				return
+			}
+		}
+	}
+	// The watches of remote sources stop with the manager.
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		cancel()
+		return nil
+	}))
+}

@@ -1,0 +1,188 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// primary is the remote cluster of the sources of these tests, through
+// the kubeconfig Secret "primary".
+var primary = &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "primary"}}
+
+// remoteSourceTransform renders the ConfigMap "out" from the object
+// source "one" and the names in the object set "set" (none without it).
+const remoteSourceTransform = `
+def main(ctx):
+    names = []
+    if "set" in ctx.sources:
+        names = [o["metadata"]["name"] for o in ctx.sources["set"].objects]
+    return [{
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "out"},
+        "data": {"v": ctx.sources["one"].object["data"]["v"], "names": ",".join(names)},
+    }]
+`
+
+// createRemote creates obj in the remote cluster.
+func createRemote(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := remoteEnv.Client.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setRemote sets data.v of the remote ConfigMap ns/name.
+func setRemote(t testing.TB, ns, name, v string) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		cm, err := remoteConfigMap(ns, name)
+		if err != nil {
+			return err
+		}
+		cm.Data["v"] = v
+		return remoteEnv.Client.Update(context.Background(), cm)
+	})
+}
+
+func remoteCM(ns, name string, labels map[string]string, v string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Data: map[string]string{"v": v}}
+}
+
+// An object source and an object set source read from a remote cluster:
+// its kubeconfig's credentials authorise the reads (the remote namespace
+// shares nothing with the ManifestSync's), a change there is applied
+// within 2 s, and an object of the same name in this cluster is not read.
+func TestRemoteSources(t *testing.T) {
+	env.Need(t)
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
+	rns := remoteEnv.Namespace(t, nil)
+	shop := map[string]string{"app": "shop"}
+	createRemote(t, remoteCM(rns, "src", nil, "1"))
+	createRemote(t, remoteCM(rns, "a", shop, "a"))
+	createRemote(t, remoteCM(rns, "b", shop, "b"))
+	createRemote(t, remoteCM(rns, "other", nil, "x"))
+	kubeconfigSecret(t, home, "primary")
+	ms := newSync(home, "remote-sources", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{
+			{Name: "one", Cluster: primary, Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns, Name: "src"}},
+			{Name: "set", Cluster: primary, Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: shop}}},
+		},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(local),
+	})
+	createSync(t, ms)
+	ready(t, ms)
+	configMapWith(t, timeout, ms, local, "out", "v", "1")
+	configMapWith(t, timeout, ms, local, "out", "names", "a,b")
+
+	changed := time.Now()
+	setRemote(t, rns, "src", "2")
+	configMapWith(t, 2*time.Second, ms, local, "out", "v", "2")
+	t.Logf("object source: a change in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
+
+	changed = time.Now()
+	createRemote(t, remoteCM(rns, "c", shop, "c"))
+	configMapWith(t, 2*time.Second, ms, local, "out", "names", "a,b,c")
+	t.Logf("object set: an object labelled in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
+
+	// The same names in this cluster are not what the sources read.
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rns}})
+	})
+	if err := env.Client.Create(context.Background(), remoteCM(rns, "src", nil, "local")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(context.Background(), remoteCM(rns, "d", shop, "d")); err != nil {
+		t.Fatal(err)
+	}
+	setRemote(t, rns, "src", "3")
+	configMapWith(t, timeout, ms, local, "out", "v", "3")
+	configMapWith(t, timeout, ms, local, "out", "names", "a,b,c")
+}
+
+// sourceFailed waits until ms's Ready condition is SourceFailed with a
+// message containing text, and returns it.
+func sourceFailed(t testing.TB, ms *v1alpha1.ManifestSync, text string) *v1alpha1.ManifestSync {
+	t.Helper()
+	got := &v1alpha1.ManifestSync{}
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), got); err != nil {
+			return err
+		}
+		c := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Reason != v1alpha1.ReasonSourceFailed || !strings.Contains(c.Message, text) {
+			return fmt.Errorf("Ready = %+v, want %s with %q", c, v1alpha1.ReasonSourceFailed, text)
+		}
+		return nil
+	})
+	return got
+}
+
+// The remote cluster's API server stops: only the ManifestSync that
+// reads it fails (SourceFailed), its applied objects stay, and one that
+// reads this cluster goes on following its source; the API server comes
+// back: the first syncs again, and its watch is back (a change there is
+// applied; the probe sees the API server within a second).
+func TestRemoteSourceOutage(t *testing.T) {
+	env.Need(t)
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
+	rns := remoteEnv.Namespace(t, nil)
+	createRemote(t, remoteCM(rns, "src", nil, "1"))
+	kubeconfigSecret(t, home, "primary")
+	reads := newSync(home, "reads-remote", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "one", Cluster: primary, Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns, Name: "src"}}},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(local),
+	})
+	other := env.Namespace(t, nil)
+	if err := env.Client.Create(context.Background(), remoteCM(home, "src", nil, "1")); err != nil {
+		t.Fatal(err)
+	}
+	readsLocal := newSync(home, "reads-local", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "one", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(other),
+	})
+	createSync(t, reads)
+	createSync(t, readsLocal)
+	ready(t, reads)
+	ready(t, readsLocal)
+	configMapWith(t, timeout, reads, local, "out", "v", "1")
+
+	start := stopRemote(t)
+	stopped := time.Now()
+	got := sourceFailed(t, reads, `source "one": cluster "primary": unreachable`)
+	t.Logf("SourceFailed %v after the remote API server stopped: %s", time.Since(stopped).Round(time.Millisecond), condition(got, v1alpha1.ConditionReady).Message)
+	setSource(t, home, "2")
+	configMapWith(t, timeout, readsLocal, other, "out", "v", "2")
+	if c := condition(ready(t, readsLocal), v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonSynced {
+		t.Errorf("the ManifestSync reading this cluster: Ready = %+v", c)
+	}
+	// What was applied stays.
+	if cm := mustConfigMap(t, local, "out"); cm.Data["v"] != "1" {
+		t.Errorf("ConfigMap %s/out: data %v, want v=1 kept", local, cm.Data)
+	}
+
+	start()
+	restarted := time.Now()
+	ready(t, reads)
+	t.Logf("synced again %v after the remote API server started", time.Since(restarted).Round(time.Millisecond))
+	changed := time.Now()
+	setRemote(t, rns, "src", "3")
+	configMapWith(t, timeout, reads, local, "out", "v", "3")
+	t.Logf("after the outage, a change in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
+}
