@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -125,6 +126,8 @@ func (p *APIServerProbe) probe(ctx context.Context) (answered bool, err error) {
 	switch {
 	case code == 0:
 		return false, fmt.Errorf("GET /readyz: %w", err)
+	case code == http.StatusUnauthorized: // a remote cluster's credentials
+		return true, fmt.Errorf("GET /readyz: %w", apierrors.NewUnauthorized("the credentials were refused"))
 	case code != http.StatusOK:
 		return true, fmt.Errorf("GET /readyz: %d %s%s", code, http.StatusText(code), failedChecks(body))
 	}

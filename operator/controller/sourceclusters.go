@@ -225,25 +225,26 @@ func (s *remoteSources) cluster() *sourceCluster {
 	}
 }
 
-// reachable fails, with an *unreachableError, while the probe does.
+// reachable fails, with a *downError, while the probe does.
 func (s *remoteSources) reachable() error {
 	if _, err := s.probe.down(); err != nil {
-		return &unreachableError{err}
+		return &downError{err}
 	}
 	return nil
 }
 
-// unreachableError is the failure of a cluster that does not answer.
-type unreachableError struct{ err error }
+// downError is the failure of a cluster that does not answer, or
+// refuses the credentials, as its probe found.
+type downError struct{ err error }
 
-func (e *unreachableError) Error() string { return "unreachable: " + e.err.Error() }
-func (e *unreachableError) Unwrap() error { return e.err }
+func (e *downError) Error() string { return clusterFailure(e.err) + ": " + e.err.Error() }
+func (e *downError) Unwrap() error { return e.err }
 
 // fail names the cluster in err, and says when it does not answer or
 // refuses the credentials. A cluster that does not answer is the whole
 // error, whatever was read when it was found out.
 func (s *remoteSources) fail(err error) error {
-	var down *unreachableError
+	var down *downError
 	if errors.As(err, &down) {
 		return fmt.Errorf("cluster %q: %w", s.name, down)
 	}

@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -185,4 +192,172 @@ func TestRemoteSourceOutage(t *testing.T) {
 	setRemote(t, rns, "src", "3")
 	configMapWith(t, timeout, reads, local, "out", "v", "3")
 	t.Logf("after the outage, a change in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
+}
+
+// execKubeconfig is a kubeconfig of the remote cluster whose credentials
+// come from an exec plugin: a script printing an ExecCredential with the
+// client certificate of a user the remote cluster knows. It returns the
+// script's path too.
+func execKubeconfig(t testing.TB) (kubeconfig []byte, command string) {
+	t.Helper()
+	kc, err := remoteEnv.Kubeconfig("exec-" + rand.String(6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, u := range cfg.AuthInfos {
+		cred, err := json.Marshal(map[string]any{
+			"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+			"status": map[string]any{"clientCertificateData": string(u.ClientCertificateData), "clientKeyData": string(u.ClientKeyData)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		command = filepath.Join(t.TempDir(), "credential.sh")
+		if err := os.WriteFile(command, []byte("#!/bin/sh\ncat <<'END'\n"+string(cred)+"\nEND\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+			APIVersion: "client.authentication.k8s.io/v1", Command: command, InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+		}}
+	}
+	if kubeconfig, err = clientcmd.Write(*cfg); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, command
+}
+
+// A kubeconfig with an exec credential plugin is refused, naming the
+// Secret and why, unless the operator runs with --allow-kubeconfig-exec:
+// then the plugin runs and its credentials reach the remote cluster.
+func TestKubeconfigExec(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	kc, command := execKubeconfig(t)
+
+	// The operator of the tests runs without the flag.
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
+	rns := remoteEnv.Namespace(t, nil)
+	createRemote(t, remoteCM(rns, "src", nil, "1"))
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "primary"}, Data: map[string][]byte{"value": kc}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(home, "exec", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "one", Cluster: primary, Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns, Name: "src"}}},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(local),
+	})
+	createSync(t, ms)
+	got := sourceFailed(t, ms, `source "one": cluster "primary": kubeconfig Secret "primary", key "value": the kubeconfig gets its credentials from a plugin`)
+	msg := condition(got, v1alpha1.ConditionReady).Message
+	for _, want := range []string{"would run a command the Secret names", "--allow-kubeconfig-exec"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, command) {
+		t.Errorf("message %q names the Secret's command", msg)
+	}
+
+	// With the flag, the same kubeconfig reads the remote cluster.
+	rs := &remotes{scheme: env.Scheme, timeout: 5 * time.Second, allowExec: true}
+	rc, err := rs.build(kc)
+	if err != nil {
+		t.Fatalf("with --allow-kubeconfig-exec: %v", err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := rc.client.Get(ctx, client.ObjectKey{Namespace: rns, Name: "src"}, cm); err != nil || cm.Data["v"] != "1" {
+		t.Errorf("reading the remote ConfigMap with the plugin's credentials: %v, data %v", err, cm.Data)
+	}
+	rs.allowExec = false
+	if _, err := rs.build(kc); !errors.Is(err, errKubeconfigExec) {
+		t.Errorf("without --allow-kubeconfig-exec: %v, want %v", err, errKubeconfigExec)
+	}
+}
+
+// A changed kubeconfig Secret replaces the remote cluster's source
+// watches: the old ones stop; credentials the cluster refuses fail the
+// source; good ones again read it, watched (a change is applied within
+// 2 s). No error shows the Secret's data.
+func TestRemoteSourceKubeconfigChanges(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
+	rns := remoteEnv.Namespace(t, nil)
+	createRemote(t, remoteCM(rns, "src", nil, "1"))
+	secret := kubeconfigSecret(t, home, "primary")
+	ms := newSync(home, "rotates", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "one", Cluster: primary, Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns, Name: "src"}}},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(local),
+	})
+	createSync(t, ms)
+	configMapWith(t, timeout, ms, local, "out", "v", "1")
+	ref := kubeConfigRef{namespace: home, name: "primary", key: "value"}
+	watching := func() *remoteSources {
+		reconciler.remotes.mu.Lock()
+		defer reconciler.remotes.mu.Unlock()
+		if rc := reconciler.remotes.clients[ref]; rc != nil {
+			rc.mu.Lock()
+			defer rc.mu.Unlock()
+			return rc.sources
+		}
+		return nil
+	}
+	before := watching()
+	if before == nil {
+		t.Fatal("no source watches of the remote cluster")
+	}
+
+	good := secret.Data["value"]
+	cfg, err := clientcmd.Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range cfg.AuthInfos {
+		u.ClientCertificateData, u.ClientKeyData, u.Token = nil, nil, "not-a-token"
+	}
+	bad, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+			return err
+		}
+		secret.Data["value"] = bad
+		return env.Client.Update(ctx, secret)
+	})
+	got := sourceFailed(t, ms, `source "one": cluster "primary": unauthorized`)
+	if before.ctx.Err() == nil {
+		t.Error("the source watches of the replaced kubeconfig still run")
+	}
+	msg := condition(got, v1alpha1.ConditionReady).Message
+	t.Logf("with credentials the cluster refuses: %s", msg)
+	if strings.Contains(msg, "not-a-token") {
+		t.Errorf("message %q shows the Secret's token", msg)
+	}
+
+	eventually(t, timeout, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+			return err
+		}
+		secret.Data["value"] = good
+		return env.Client.Update(ctx, secret)
+	})
+	ready(t, ms)
+	if after := watching(); after == nil || after == before {
+		t.Errorf("source watches after the change: %p, before %p", after, before)
+	}
+	changed := time.Now()
+	setRemote(t, rns, "src", "2")
+	configMapWith(t, 2*time.Second, ms, local, "out", "v", "2")
+	t.Logf("with the kubeconfig restored, a change in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
+	if strings.Contains(operatorLogs.String(), "not-a-token") {
+		t.Error("the operator logged the Secret's token")
+	}
 }
