@@ -314,17 +314,7 @@ func TestRemoteSourceKubeconfigChanges(t *testing.T) {
 	}
 
 	good := secret.Data["value"]
-	cfg, err := clientcmd.Load(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range cfg.AuthInfos {
-		u.ClientCertificateData, u.ClientKeyData, u.Token = nil, nil, "not-a-token"
-	}
-	bad, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bad := refusedKubeconfig(t, good)
 	eventually(t, timeout, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 			return err
