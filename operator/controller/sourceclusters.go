@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,8 +27,9 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
-// indexClusterSources indexes ManifestSyncs by the remote clusters their
-// sources read, "namespace/secret/key" of the kubeconfig.
+// indexClusterSources indexes ManifestSyncs by the remote clusters whose
+// watches they need, "namespace/secret/key" of the kubeconfig: those
+// their sources read, and those of their namespaceSelector targets.
 const indexClusterSources = "manifestsync.dev/cluster-sources"
 
 // sourceCluster is the cluster an object or object set source reads, and
@@ -70,7 +72,17 @@ func (r *Reconciler) sourceClusterOf(ctx context.Context, ms *v1alpha1.ManifestS
 	if src.Cluster == nil {
 		return r.localSources(), nil
 	}
-	ref := kubeConfigRefOf(ms, src.Cluster)
+	rs, err := r.remoteWatches(ctx, ms, src.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	return rs.cluster(), nil
+}
+
+// remoteWatches are the watches of the remote cluster c of ms, started on
+// first use.
+func (r *Reconciler) remoteWatches(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) (*remoteSources, error) {
+	ref := kubeConfigRefOf(ms, c)
 	rc, err := r.remotes.get(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
@@ -79,7 +91,7 @@ func (r *Reconciler) sourceClusterOf(ctx context.Context, ms *v1alpha1.ManifestS
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
 	}
-	return rs.cluster(), nil
+	return rs, nil
 }
 
 // localSources is this cluster, as sources read it.
@@ -111,7 +123,7 @@ func kubeConfigRefOf(ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) kubeConf
 func (k kubeConfigRef) String() string { return k.namespace + "/" + k.name + "/" + k.key }
 
 // clusterSourceKeys are the index keys of the remote clusters ms's
-// sources read.
+// sources read, or whose namespaces its targets select.
 func clusterSourceKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, s := range ms.Spec.Sources {
@@ -119,7 +131,68 @@ func clusterSourceKeys(ms *v1alpha1.ManifestSync) []string {
 			keys = append(keys, kubeConfigRefOf(ms, s.Cluster).String())
 		}
 	}
-	return keys
+	for _, t := range ms.Spec.Targets {
+		if t.Cluster != nil && t.NamespaceSelector != nil {
+			keys = append(keys, kubeConfigRefOf(ms, t.Cluster).String())
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// targetNamespaces are the namespaces the namespaceSelector targets of ms
+// pick from: this cluster's (nil without such a target) and, by
+// engine.ClusterID, those of the remote clusters of such targets, from a
+// watch there (which wakes ms when they change). A remote cluster that
+// cannot be read keeps the namespaces of the last evaluation, so that its
+// targets fail as they are applied and the others go on; without them,
+// the evaluation fails.
+func (r *Reconciler) targetNamespaces(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) ([]engine.Namespace, map[string][]engine.Namespace, error) {
+	var (
+		local  []engine.Namespace
+		remote map[string][]engine.Namespace
+	)
+	for _, t := range ms.Spec.Targets {
+		switch {
+		case t.NamespaceSelector == nil:
+		case t.Cluster == nil && local == nil:
+			nss, err := Namespaces(ctx, r.Client)
+			if err != nil {
+				return nil, nil, err
+			}
+			local = nss
+		case t.Cluster != nil:
+			id := engine.ClusterID(t.Cluster)
+			if _, done := remote[id]; done {
+				continue
+			}
+			nss, err := r.remoteNamespaces(ctx, ms, t.Cluster)
+			if err != nil {
+				if st.eval == nil || st.eval.key.clusterNamespaces[id] == nil {
+					return nil, nil, fmt.Errorf("target %q: %w", t.Name, err)
+				}
+				nss = st.eval.key.clusterNamespaces[id]
+			}
+			if remote == nil {
+				remote = map[string][]engine.Namespace{}
+			}
+			remote[id] = nss
+		}
+	}
+	return local, remote, nil
+}
+
+// remoteNamespaces lists the namespaces of the remote cluster c of ms.
+func (r *Reconciler) remoteNamespaces(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) ([]engine.Namespace, error) {
+	rs, err := r.remoteWatches(ctx, ms, c)
+	if err != nil {
+		return nil, err
+	}
+	nss, err := rs.namespaces(ctx)
+	if err != nil {
+		return nil, rs.fail(err)
+	}
+	return nss, nil
 }
 
 // remoteSources watches what the sources of one remote cluster read, as

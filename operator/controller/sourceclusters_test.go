@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -350,4 +351,75 @@ func TestRemoteSourceKubeconfigChanges(t *testing.T) {
 	if strings.Contains(operatorLogs.String(), "not-a-token") {
 		t.Error("the operator logged the Secret's token")
 	}
+}
+
+// setRemoteLabels sets the labels of the remote namespace ns.
+func setRemoteLabels(t testing.TB, ns string, labels map[string]string) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		cur := &corev1.Namespace{}
+		if err := remoteEnv.Client.Get(context.Background(), client.ObjectKey{Name: ns}, cur); err != nil {
+			return err
+		}
+		cur.Labels = labels
+		return remoteEnv.Client.Update(context.Background(), cur)
+	})
+}
+
+// A remote target's namespaceSelector picks among the remote cluster's
+// namespaces, not this cluster's: a namespace labelled there is synced
+// (the remote namespaces are watched), one unlabelled is pruned.
+func TestRemoteTargetNamespaceSelector(t *testing.T) {
+	env.Need(t)
+	home := env.Namespace(t, nil)
+	dr := map[string]string{"dr": rand.String(8)}
+	here := env.Namespace(t, dr) // labelled here: not a namespace of the remote cluster
+	r1, r2, r3 := remoteEnv.Namespace(t, dr), remoteEnv.Namespace(t, dr), remoteEnv.Namespace(t, nil)
+	if err := env.Client.Create(context.Background(), remoteCM(home, "src", nil, "1")); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfigSecret(t, home, "remote")
+	ms := newSync(home, "fan-out", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
+		Transform: inline(remoteTransform),
+		Params:    params(`{"env": "dr"}`),
+		Targets: []v1alpha1.Target{{Name: "dr", NamespaceSelector: &metav1.LabelSelector{MatchLabels: dr},
+			Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}}},
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	remoteConfigMapWith(t, timeout, ms, r1, "env", "dr")
+	remoteConfigMapWith(t, timeout, ms, r2, "env", "dr")
+	var rows []string
+	for _, r := range got.Status.Targets {
+		rows = append(rows, r.Cluster+":"+r.Namespace)
+	}
+	want := []string{"remote:" + r1, "remote:" + r2}
+	slices.Sort(rows)
+	slices.Sort(want)
+	if !slices.Equal(rows, want) {
+		t.Errorf("status.targets = %q, want %q", rows, want)
+	}
+	for _, ns := range []string{r3, here} {
+		if _, err := remoteConfigMap(ns, "cfg"); err == nil {
+			t.Errorf("ConfigMap %s/cfg in the remote cluster, whose namespace the selector does not pick there", ns)
+		}
+	}
+	if _, err := getConfigMap(here, "cfg"); err == nil {
+		t.Errorf("ConfigMap %s/cfg in this cluster", here)
+	}
+
+	labelled := time.Now()
+	setRemoteLabels(t, r3, dr)
+	remoteConfigMapWith(t, timeout, ms, r3, "env", "dr")
+	t.Logf("a namespace labelled in the remote cluster synced %v later", time.Since(labelled).Round(time.Millisecond))
+
+	setRemoteLabels(t, r1, nil)
+	eventually(t, timeout, func() error {
+		if _, err := remoteConfigMap(r1, "cfg"); err == nil {
+			return fmt.Errorf("ConfigMap %s/cfg is still in the remote cluster", r1)
+		}
+		return nil
+	})
+	remoteConfigMapWith(t, timeout, ms, r2, "env", "dr")
 }
