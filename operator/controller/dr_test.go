@@ -53,7 +53,9 @@ def main(ctx):
 func shopNamespace(t testing.TB, ns string) {
 	t.Helper()
 	createRemote(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	t.Cleanup(func() { _ = remoteEnv.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	t.Cleanup(func() {
+		_ = remoteEnv.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 	pod := func(app string) corev1.PodTemplateSpec {
 		return corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
@@ -112,7 +114,9 @@ func TestDRNamespaceFromRemoteCluster(t *testing.T) {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shop}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shop}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: shop}})
+	})
 	kubeconfigSecret(t, home, "primary")
 	ms := newSync(home, "dr-shop", v1alpha1.ManifestSyncSpec{
 		Sources:   []v1alpha1.Source{{Name: "shop", Cluster: primary, Objects: &v1alpha1.ObjectSetSource{Namespace: shop}}},
