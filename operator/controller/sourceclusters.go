@@ -338,15 +338,19 @@ func (s *remoteSources) metadata(ctx context.Context, gvk schema.GroupVersionKin
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.syncTimeout)
-	defer cancel()
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		if err := s.reachable(); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("the cache of %s in namespace %q did not sync within %v", gvk.Kind, namespace, s.syncTimeout)
+	timer := time.NewTimer(s.syncTimeout)
+	defer timer.Stop()
+	select { // not WaitForCacheSync, which polls every 100ms: a whole namespace is read kind after kind
+	case <-inf.HasSyncedChecker().Done():
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timer.C:
 	}
-	return c, nil
+	if err := s.reachable(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("the cache of %s in namespace %q did not sync within %v", gvk.Kind, namespace, s.syncTimeout)
 }
 
 // informer returns the cache of namespace and sel, made on first use,
