@@ -195,12 +195,13 @@ func (r *Reconciler) remoteNamespaces(ctx context.Context, ms *v1alpha1.Manifest
 	return nss, nil
 }
 
-// remoteSources watches what the sources of one remote cluster read, as
-// one version of its kubeconfig reaches it: metadata caches per namespace
-// and label selector (the bodies are read from the API server when a
-// resourceVersion changed), and a probe of its API server. A change in
-// the caches, and the cluster going down or coming back, wakes the
-// ManifestSyncs that read it. While the probe fails, the sources of the
+// remoteSources watches what the ManifestSyncs read from one remote
+// cluster, as one version of its kubeconfig reaches it (the objects of
+// their sources, and its namespaces for their namespaceSelector targets):
+// metadata caches per namespace and label selector (the bodies are read
+// from the API server when a resourceVersion changed), and a probe of its
+// API server. A change in the caches, and the cluster going down or
+// coming back, wakes the ManifestSyncs that read it. While the probe fails, the sources of the
 // cluster fail at once as unreachable, and the caches' list and watch
 // calls wait for it, so that they resume within a second of its return.
 type remoteSources struct {

@@ -368,10 +368,12 @@ func setRemoteLabels(t testing.TB, ns string, labels map[string]string) {
 
 // A remote target's namespaceSelector picks among the remote cluster's
 // namespaces, not this cluster's: a namespace labelled there is synced
-// (the remote namespaces are watched), one unlabelled is pruned.
+// (the remote namespaces are watched), one unlabelled is pruned. The
+// remote cluster down, its target fails in the namespaces it had, and
+// the local target goes on.
 func TestRemoteTargetNamespaceSelector(t *testing.T) {
 	env.Need(t)
-	home := env.Namespace(t, nil)
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
 	dr := map[string]string{"dr": rand.String(8)}
 	here := env.Namespace(t, dr) // labelled here: not a namespace of the remote cluster
 	r1, r2, r3 := remoteEnv.Namespace(t, dr), remoteEnv.Namespace(t, dr), remoteEnv.Namespace(t, nil)
@@ -383,8 +385,11 @@ func TestRemoteTargetNamespaceSelector(t *testing.T) {
 		Sources:   []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
 		Transform: inline(remoteTransform),
 		Params:    params(`{"env": "dr"}`),
-		Targets: []v1alpha1.Target{{Name: "dr", NamespaceSelector: &metav1.LabelSelector{MatchLabels: dr},
-			Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}}},
+		Targets: []v1alpha1.Target{
+			{Name: "dr", NamespaceSelector: &metav1.LabelSelector{MatchLabels: dr},
+				Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}},
+			{Name: "local", Namespace: local},
+		},
 	})
 	createSync(t, ms)
 	got := ready(t, ms)
@@ -394,7 +399,7 @@ func TestRemoteTargetNamespaceSelector(t *testing.T) {
 	for _, r := range got.Status.Targets {
 		rows = append(rows, r.Cluster+":"+r.Namespace)
 	}
-	want := []string{"remote:" + r1, "remote:" + r2}
+	want := []string{"remote:" + r1, "remote:" + r2, "in-cluster:" + local}
 	slices.Sort(rows)
 	slices.Sort(want)
 	if !slices.Equal(rows, want) {
@@ -422,4 +427,23 @@ func TestRemoteTargetNamespaceSelector(t *testing.T) {
 		return nil
 	})
 	remoteConfigMapWith(t, timeout, ms, r2, "env", "dr")
+
+	start := stopRemote(t)
+	setSource(t, home, "2")
+	configMapWith(t, timeout, ms, local, "cfg", "v", "2")
+	eventually(t, timeout, func() error {
+		got := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), got); err != nil {
+			return err
+		}
+		for _, ns := range []string{r2, r3} {
+			if r := findRow(got.Status.Targets, "dr", ns); r == nil || r.State != v1alpha1.TargetFailed || !strings.Contains(r.Message, `cluster "remote": unreachable`) {
+				return fmt.Errorf("row dr/%s = %+v", ns, r)
+			}
+		}
+		return nil
+	})
+	start()
+	remoteConfigMapWith(t, 20*time.Second, ms, r2, "v", "2")
+	remoteConfigMapWith(t, timeout, ms, r3, "v", "2")
 }
