@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,6 +184,10 @@ func TestRemoteSourceOutage(t *testing.T) {
 	// What was applied stays.
 	if cm := mustConfigMap(t, local, "out"); cm.Data["v"] != "1" {
 		t.Errorf("ConfigMap %s/out: data %v, want v=1 kept", local, cm.Data)
+	}
+	// The operator's own API server is up.
+	if up := testutil.ToFloat64(apiServerReachable); up != 1 {
+		t.Errorf("manifestsync_apiserver_reachable = %v during the remote cluster's outage, want 1", up)
 	}
 
 	start()

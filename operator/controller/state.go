@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -174,7 +173,7 @@ func (st *syncState) redactor(res *engine.Result) *redact.Redactor {
 	}
 	snaps := make(map[string]*engine.Snapshot, len(st.sources))
 	for ref, s := range st.sources {
-		snaps[fmt.Sprint(ref)] = s
+		snaps[ref.cluster+"|"+ref.String()] = s // a remote object may share a local one's name
 	}
 	return engine.SnapshotRedactor(snaps)
 }
