@@ -190,11 +190,14 @@ type remotes struct {
 	// watch watches the Secrets of a namespace, on first use, and returns
 	// the cache of their metadata.
 	watch func(namespace string) (client.Reader, error)
-	// base is the context of the watches of remote sources (see
-	// sourceclusters.go), and sourcesChanged wakes the ManifestSyncs
-	// whose sources read the cluster of a kubeconfig.
-	base           context.Context
-	sourcesChanged func(kubeConfigRef)
+	// base is the context of the watches of remote clusters (see
+	// sourceclusters.go); readers are the ManifestSyncs that need the
+	// watches of a cluster, and wake enqueues them. Every idleCheck,
+	// watches no ManifestSync needs stop.
+	base      context.Context
+	readers   func(kubeConfigRef) []reconcile.Request
+	wake      func([]reconcile.Request)
+	idleCheck time.Duration
 
 	mu      sync.Mutex
 	clients map[kubeConfigRef]*remoteClient

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -255,7 +256,17 @@ func (rs *remotes) sourcesOf(ref kubeConfigRef, rc *remoteClient) (*remoteSource
 	probe.log = ctrl.Log.WithName("cluster").WithValues("cluster", ref.name, "namespace", ref.namespace)
 	probe.changed = s.change
 	go func() { _ = probe.Start(ctx) }()
-	go s.notify(func() { rs.sourcesChanged(ref) })
+	rs.mu.Lock()
+	idle := rs.idleCheck
+	rs.mu.Unlock()
+	go s.notify(idle, func() { rs.wake(rs.readers(ref)) }, func() bool { return len(rs.readers(ref)) > 0 }, func() {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		if rc.sources == s {
+			rc.sources = nil
+		}
+		s.stop()
+	})
 	rc.sources = s
 	return s, nil
 }
@@ -272,14 +283,23 @@ func (s *remoteSources) change() {
 }
 
 // notify calls wake for the changes recorded, a burst (a cache's first
-// list) at once, until the watches stop.
-func (s *remoteSources) notify(wake func()) {
+// list) at once, until the watches stop. Every idle period it asks
+// whether some ManifestSync still reads the cluster (needed); when none
+// does it drops the watches (the next reader starts them again).
+func (s *remoteSources) notify(idle time.Duration, wake func(), needed func() bool, drop func()) {
+	tick := time.NewTicker(idle)
+	defer tick.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-s.changed:
 			wake()
+		case <-tick.C:
+			if !needed() {
+				drop()
+				return
+			}
 		}
 	}
 }
@@ -436,8 +456,12 @@ func (r *Reconciler) setupSourceClusters(ctx context.Context, mgr ctrl.Manager) 
 	}
 	base, cancel := context.WithCancel(context.Background())
 	r.remotes.base = base
-	r.remotes.sourcesChanged = func(ref kubeConfigRef) {
-		for _, req := range r.listBy(base, indexClusterSources, ref.String()) {
+	r.remotes.idleCheck = time.Minute
+	r.remotes.readers = func(ref kubeConfigRef) []reconcile.Request {
+		return r.listBy(base, indexClusterSources, ref.String())
+	}
+	r.remotes.wake = func(reqs []reconcile.Request) {
+		for _, req := range reqs {
 			ms := &v1alpha1.ManifestSync{}
 			ms.Namespace, ms.Name = req.Namespace, req.Name
 			select {

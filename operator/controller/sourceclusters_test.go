@@ -200,6 +200,72 @@ func TestRemoteSourceOutage(t *testing.T) {
 	t.Logf("after the outage, a change in the remote cluster applied %v later", time.Since(changed).Round(time.Millisecond))
 }
 
+// remoteWatchesOf are the operator's watches of the cluster of ref, if
+// any.
+func remoteWatchesOf(ref kubeConfigRef) *remoteSources {
+	reconciler.remotes.mu.Lock()
+	rc := reconciler.remotes.clients[ref]
+	reconciler.remotes.mu.Unlock()
+	if rc == nil {
+		return nil
+	}
+	rc.mu.Lock() // not under remotes.mu: sourcesOf takes them the other way round
+	defer rc.mu.Unlock()
+	return rc.sources
+}
+
+// The watches of a remote cluster no ManifestSync reads any more stop
+// (its probe too); the next reader starts them again.
+func TestRemoteWatchesStopWhenUnused(t *testing.T) {
+	env.Need(t)
+	rs := reconciler.remotes
+	rs.mu.Lock()
+	idle := rs.idleCheck
+	rs.idleCheck = 200 * time.Millisecond
+	rs.mu.Unlock()
+	t.Cleanup(func() {
+		rs.mu.Lock()
+		rs.idleCheck = idle
+		rs.mu.Unlock()
+	})
+	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
+	rns := remoteEnv.Namespace(t, nil)
+	createRemote(t, remoteCM(rns, "src", nil, "1"))
+	kubeconfigSecret(t, home, "primary")
+	spec := v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "one", Cluster: primary, Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: rns, Name: "src"}}},
+		Transform: inline(remoteSourceTransform),
+		Targets:   targets(local),
+	}
+	first := newSync(home, "first", spec)
+	createSync(t, first)
+	ready(t, first)
+	ref := kubeConfigRef{namespace: home, name: "primary", key: "value"}
+	before := remoteWatchesOf(ref)
+	if before == nil {
+		t.Fatal("no watches of the remote cluster")
+	}
+	if err := env.Client.Delete(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error { return gone(first) })
+	eventually(t, timeout, func() error {
+		if w := remoteWatchesOf(ref); w != nil || before.ctx.Err() == nil {
+			return fmt.Errorf("the watches of the remote cluster run with no reader: %p, stopped: %v", w, before.ctx.Err())
+		}
+		return nil
+	})
+
+	second := newSync(home, "second", spec)
+	createSync(t, second)
+	ready(t, second)
+	setRemote(t, rns, "src", "2")
+	configMapWith(t, 2*time.Second, second, local, "out", "v", "2")
+	if w := remoteWatchesOf(ref); w == nil || w == before {
+		t.Errorf("watches after a new reader: %p, the stopped ones %p", w, before)
+	}
+}
+
 // execKubeconfig is a kubeconfig of the remote cluster whose credentials
 // come from an exec plugin: a script printing an ExecCredential with the
 // client certificate of a user the remote cluster knows. It returns the
@@ -304,16 +370,7 @@ func TestRemoteSourceKubeconfigChanges(t *testing.T) {
 	createSync(t, ms)
 	configMapWith(t, timeout, ms, local, "out", "v", "1")
 	ref := kubeConfigRef{namespace: home, name: "primary", key: "value"}
-	watching := func() *remoteSources {
-		reconciler.remotes.mu.Lock()
-		defer reconciler.remotes.mu.Unlock()
-		if rc := reconciler.remotes.clients[ref]; rc != nil {
-			rc.mu.Lock()
-			defer rc.mu.Unlock()
-			return rc.sources
-		}
-		return nil
-	}
+	watching := func() *remoteSources { return remoteWatchesOf(ref) }
 	before := watching()
 	if before == nil {
 		t.Fatal("no source watches of the remote cluster")
