@@ -125,17 +125,14 @@ func (r *Reconciler) clusterByRef(ctx context.Context, ms *v1alpha1.ManifestSync
 // remoteCluster is the cluster whose kubeconfig the Secret of ms's
 // namespace holds.
 func (r *Reconciler) remoteCluster(ctx context.Context, ms *v1alpha1.ManifestSync, ref v1alpha1.SecretKeyReference) (*cluster, error) {
-	key := ref.Key
-	if key == "" {
-		key = defaultKubeConfigKey
-	}
-	rc, err := r.remotes.get(ctx, kubeConfigRef{namespace: ms.Namespace, name: ref.Name, key: key})
+	kc := secretKubeConfig(ms, ref)
+	rc, err := r.remotes.get(ctx, kc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.Name, err)
 	}
 	c := rc.client
 	return &cluster{
-		name: ref.Name, ref: ref.Name + "/" + key, remote: true,
+		name: ref.Name, ref: ref.Name + "/" + kc.key, remote: true,
 		client: c, live: c, managed: noCache{}, namespaces: c,
 	}, nil
 }
@@ -377,11 +374,8 @@ func (r *Reconciler) forKubeConfig(ctx context.Context, secret client.Object) []
 func clusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
 	for i := range ms.Spec.Targets {
 		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
-			key := st.Cluster.KubeConfigSecretRef.Key
-			if key == "" {
-				key = defaultKubeConfigKey
-			}
-			return st.Cluster.KubeConfigSecretRef.Name + "/" + key
+			kc := kubeConfigRefOf(ms, st.Cluster)
+			return kc.name + "/" + kc.key
 		}
 	}
 	return ""

@@ -114,11 +114,16 @@ func (r *Reconciler) localSources() *sourceCluster {
 
 // kubeConfigRefOf is the kubeconfig of a cluster of ms.
 func kubeConfigRefOf(ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) kubeConfigRef {
-	key := c.KubeConfigSecretRef.Key
+	return secretKubeConfig(ms, c.KubeConfigSecretRef)
+}
+
+// secretKubeConfig is the kubeconfig a Secret key of ms's namespace holds.
+func secretKubeConfig(ms *v1alpha1.ManifestSync, ref v1alpha1.SecretKeyReference) kubeConfigRef {
+	key := ref.Key
 	if key == "" {
 		key = defaultKubeConfigKey
 	}
-	return kubeConfigRef{namespace: ms.Namespace, name: c.KubeConfigSecretRef.Name, key: key}
+	return kubeConfigRef{namespace: ms.Namespace, name: ref.Name, key: key}
 }
 
 func (k kubeConfigRef) String() string { return k.namespace + "/" + k.name + "/" + k.key }
