@@ -38,6 +38,10 @@ type Options struct {
 	// Namespaces are the cluster's namespaces, for namespaceSelector
 	// targets. Offline there are none, and such targets are errors.
 	Namespaces []Namespace
+	// ClusterNamespaces are the namespaces of remote clusters, by
+	// ClusterID, for their namespaceSelector targets. Nil, Namespaces
+	// serve the targets of every cluster (the CLI is given one list).
+	ClusterNamespaces map[string][]Namespace
 	// Workers is how many targets are evaluated at once; default GOMAXPROCS.
 	Workers int
 }
@@ -352,10 +356,14 @@ func (e *evaluation) expandTargets() ([]target, error) {
 		if err != nil {
 			return nil, fmt.Errorf("spec.targets[%d].namespaceSelector: %w", i, err)
 		}
-		if e.opts.Namespaces == nil {
-			return nil, fmt.Errorf("target %q: a namespaceSelector needs the cluster's namespaces", t.Name)
+		namespaces := e.opts.Namespaces
+		if t.Cluster != nil && e.opts.ClusterNamespaces != nil {
+			namespaces = e.opts.ClusterNamespaces[ClusterID(t.Cluster)]
 		}
-		for _, ns := range e.opts.Namespaces {
+		if namespaces == nil {
+			return nil, fmt.Errorf("target %q: a namespaceSelector needs the namespaces of cluster %q", t.Name, clusterName(t))
+		}
+		for _, ns := range namespaces {
 			if sel.Matches(labels.Set(ns.Labels)) {
 				out = append(out, target{spec: t, namespace: ns.Name, params: params})
 			}
@@ -675,6 +683,17 @@ func (e *evaluation) mainPos() string {
 		return fn.Position().String() + ": "
 	}
 	return ""
+}
+
+// ClusterID is a remote cluster as ClusterNamespaces names it: the name
+// and key of its kubeconfig Secret, "name/key" (the key defaults to
+// "value").
+func ClusterID(c *v1alpha1.ClusterRef) string {
+	key := c.KubeConfigSecretRef.Key
+	if key == "" {
+		key = "value"
+	}
+	return c.KubeConfigSecretRef.Name + "/" + key
 }
 
 func clusterName(t *v1alpha1.Target) string {

@@ -135,6 +135,11 @@ func evaluateArchive(t *testing.T, ar *txtar.Archive) map[string]string {
 			t.Fatalf("namespaces.yaml: %v", err)
 		}
 	}
+	if nss, ok := byName["cluster-namespaces.yaml"]; ok {
+		if err := yaml.Unmarshal(nss, &opts.ClusterNamespaces); err != nil {
+			t.Fatalf("cluster-namespaces.yaml: %v", err)
+		}
+	}
 	if lim, ok := byName["limits.yaml"]; ok {
 		if err := yaml.Unmarshal(lim, &opts.Limits); err != nil {
 			t.Fatalf("limits.yaml: %v", err)

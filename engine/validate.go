@@ -63,6 +63,9 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 		if n != 1 {
 			add(f, "exactly one of git, object, objects and kustomize must be set")
 		}
+		if s.Cluster != nil && s.Object == nil && s.Objects == nil {
+			add(f, "cluster is set only with object or objects")
+		}
 	}
 	for i, s := range spec.Sources {
 		if s.Kustomize == nil {

@@ -70,6 +70,8 @@ func TestManifestSyncCoversTheGoType(t *testing.T) {
 				}},
 				{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Namespace: "platform", Name: "wildcard-tls"}},
 				{Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo", Path: "overlays/prod"}},
+				{Name: "shop", Objects: &v1alpha1.ObjectSetSource{Namespace: "shop"},
+					Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "primary", Key: "value"}}},
 			},
 			Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{
 				ProgramRef: v1alpha1.ProgramRef{Source: "repo", Path: "gen/"}, Expression: "objects",
@@ -87,6 +89,8 @@ func TestManifestSyncCoversTheGoType(t *testing.T) {
 					Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "prod-eu", Key: "value"}},
 				},
 				{Name: "teams", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}},
+				{Name: "dr-teams", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}},
+					Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "dr", Key: "value"}}},
 			},
 			Policy:             v1alpha1.Policy{Resources: v1alpha1.PolicyAdopt, Prune: &prune, Deletion: v1alpha1.DeletionOrphan, Drift: v1alpha1.DriftReport},
 			Interval:           &metav1.Duration{Duration: 90_000_000_000},
@@ -114,5 +118,38 @@ func TestManifestSyncCoversTheGoType(t *testing.T) {
 	}
 	for _, v := range vs {
 		t.Errorf("%s (%v)", v, v.Pos)
+	}
+}
+
+// A source's cluster goes only with object or objects, as the CRD says.
+func TestManifestSyncSourceCluster(t *testing.T) {
+	s, err := cue.Builtin("manifestsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := map[string]any{
+		"apiVersion": "manifestsync.dev/v1alpha1", "kind": "ManifestSync",
+		"metadata": map[string]any{"name": "web", "namespace": "platform"},
+		"spec": map[string]any{
+			"sources": []any{map[string]any{
+				"name": "repo", "git": map[string]any{"url": "https://git.example.com/config.git"},
+				"cluster": map[string]any{"kubeConfigSecretRef": map[string]any{"name": "primary"}},
+			}},
+			"targets": []any{map[string]any{"name": "dev", "namespace": "dev"}},
+		},
+	}
+	_, vs, err := s.Validate(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CUE's matchN of "exactly one of" fails too over a field in error.
+	var msgs []string
+	found := false
+	for _, v := range vs {
+		msgs = append(msgs, v.String())
+		found = found || strings.HasPrefix(v.String(), "spec.sources[0].cluster: cluster is set only with object or objects")
+	}
+	if !found {
+		t.Errorf("violations = %q, want spec.sources[0].cluster: cluster is set only with object or objects", msgs)
 	}
 }

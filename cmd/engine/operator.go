@@ -140,7 +140,9 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.IntVar(&f.targetWorkers, "target-concurrency", 8, "targets of one ManifestSync applied at once")
 	fl.Float32Var(&f.qps, "kube-api-qps", 0, "client-side limit of API requests per second, to each cluster; 0 (or less) sets none, leaving the API server's Priority and Fairness to protect it")
 	fl.IntVar(&f.burst, "kube-api-burst", 0, "client-side burst of API requests, with --kube-api-qps; 0 is twice --kube-api-qps")
-	fl.DurationVar(&f.reconcilerOpts.RemoteTimeout, "remote-timeout", 10*time.Second, "timeout of every request to a remote cluster (targets[].cluster)")
+	fl.DurationVar(&f.reconcilerOpts.RemoteTimeout, "remote-timeout", 10*time.Second, "timeout of every request to a remote cluster (sources[].cluster, targets[].cluster)")
+	fl.BoolVar(&f.reconcilerOpts.AllowKubeconfigExec, "allow-kubeconfig-exec", false,
+		"let the kubeconfigs of remote clusters (sources[].cluster, targets[].cluster) get credentials from a plugin (users[].user.exec, auth-provider); off, they are refused: the plugin is a command named by whoever may write the Secret, run in the operator's pod with its rights")
 	fl.DurationVar(&f.reconcilerOpts.DeletionTimeout, "deletion-timeout", 5*time.Minute,
 		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
 	fl.BoolVar(&f.reconcilerOpts.RequireServiceAccount, "require-service-account", false,

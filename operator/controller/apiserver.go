@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -56,6 +57,11 @@ type APIServerProbe struct {
 	err      error // of the last probe
 	// open is closed while list and watch calls may go.
 	open chan struct{}
+	// remote, for the probe of a remote cluster, leaves the metrics of
+	// the operator's own API server alone, and changed is called when
+	// the cluster becomes unreachable or reachable again.
+	remote  bool
+	changed func()
 }
 
 const (
@@ -120,6 +126,8 @@ func (p *APIServerProbe) probe(ctx context.Context) (answered bool, err error) {
 	switch {
 	case code == 0:
 		return false, fmt.Errorf("GET /readyz: %w", err)
+	case code == http.StatusUnauthorized: // a remote cluster's credentials
+		return true, fmt.Errorf("GET /readyz: %w", apierrors.NewUnauthorized("the credentials were refused"))
 	case code != http.StatusOK:
 		return true, fmt.Errorf("GET /readyz: %d %s%s", code, http.StatusText(code), failedChecks(body))
 	}
@@ -150,17 +158,23 @@ func (p *APIServerProbe) observe(now time.Time, answered bool, err error) {
 	if err == nil {
 		if !p.since.IsZero() {
 			p.log.Info("API server reachable again; watches resume", "outage", now.Sub(p.since).Round(time.Millisecond))
+			p.notify()
 		}
 		p.since, p.answered = time.Time{}, time.Time{}
-		apiServerReachable.Set(1)
+		if !p.remote {
+			apiServerReachable.Set(1)
+		}
 		p.gate(true)
 		return
 	}
 	if p.since.IsZero() {
 		p.since = now
 		p.log.Error(err, "API server unreachable; watches wait until it answers, and changes made meanwhile are picked up then")
-		apiServerReachable.Set(0)
-		apiServerOutages.Inc()
+		if !p.remote {
+			apiServerReachable.Set(0)
+			apiServerOutages.Inc()
+		}
+		p.notify()
 	}
 	switch {
 	case !answered:
@@ -198,15 +212,31 @@ func (p *APIServerProbe) wait(ctx context.Context) error {
 	}
 }
 
+// notify calls changed, if any, without holding up the probe.
+func (p *APIServerProbe) notify() {
+	if p.changed != nil {
+		go p.changed()
+	}
+}
+
 // Check is the readiness check: it fails while the API server does not
 // answer /readyz with 200.
 func (p *APIServerProbe) Check(*http.Request) error {
+	if since, err := p.down(); err != nil {
+		return fmt.Errorf("API server unreachable for %v: %w", time.Since(since).Round(time.Second), err)
+	}
+	return nil
+}
+
+// down says since when the API server has not answered /readyz with 200,
+// and why; a nil error while it does.
+func (p *APIServerProbe) down() (time.Time, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.since.IsZero() {
-		return nil
+		return time.Time{}, nil
 	}
-	return fmt.Errorf("API server unreachable for %v: %w", time.Since(p.since).Round(time.Second), p.err)
+	return p.since, p.err
 }
 
 // NewInformer is a cache.Options.NewInformer: client-go's informer, whose

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -123,16 +125,14 @@ func (r *Reconciler) clusterByRef(ctx context.Context, ms *v1alpha1.ManifestSync
 // remoteCluster is the cluster whose kubeconfig the Secret of ms's
 // namespace holds.
 func (r *Reconciler) remoteCluster(ctx context.Context, ms *v1alpha1.ManifestSync, ref v1alpha1.SecretKeyReference) (*cluster, error) {
-	key := ref.Key
-	if key == "" {
-		key = defaultKubeConfigKey
-	}
-	c, err := r.remotes.get(ctx, kubeConfigRef{namespace: ms.Namespace, name: ref.Name, key: key})
+	kc := secretKubeConfig(ms, ref)
+	rc, err := r.remotes.get(ctx, kc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.Name, err)
 	}
+	c := rc.client
 	return &cluster{
-		name: ref.Name, ref: ref.Name + "/" + key, remote: true,
+		name: ref.Name, ref: ref.Name + "/" + kc.key, remote: true,
 		client: c, live: c, managed: noCache{}, namespaces: c,
 	}, nil
 }
@@ -177,6 +177,9 @@ type remotes struct {
 	bodies  client.Reader // Secret bodies, from the API server
 	scheme  *runtime.Scheme
 	timeout time.Duration
+	// allowExec lets kubeconfigs run credential plugins
+	// (Options.AllowKubeconfigExec).
+	allowExec bool
 	// qps and burst are the client-side limit of the operator's own
 	// client (rest.Config's): none unless one was asked for.
 	qps   float32
@@ -184,19 +187,46 @@ type remotes struct {
 	// watch watches the Secrets of a namespace, on first use, and returns
 	// the cache of their metadata.
 	watch func(namespace string) (client.Reader, error)
+	// base is the context of the watches of remote clusters (see
+	// sourceclusters.go); readers are the ManifestSyncs that need the
+	// watches of a cluster, and wake enqueues them. Every idleCheck,
+	// watches no ManifestSync needs stop.
+	base      context.Context
+	readers   func(kubeConfigRef) []reconcile.Request
+	wake      func([]reconcile.Request)
+	idleCheck time.Duration
 
 	mu      sync.Mutex
 	clients map[kubeConfigRef]*remoteClient
 }
 
+// remoteClient is a remote cluster as one version of its kubeconfig
+// Secret reaches it: a client and, once a source reads the cluster, the
+// watches of its sources (see sourceclusters.go), stopped when the Secret
+// changes.
 type remoteClient struct {
 	resourceVersion string // the Secret's, when the client was built
 	client          client.Client
+	config          *rest.Config
+	http            *http.Client
+	mapper          apimeta.RESTMapper
+
+	mu      sync.Mutex
+	sources *remoteSources // made on first use
+}
+
+// stop stops the watches of the cluster's sources, if any.
+func (rc *remoteClient) stop() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.sources != nil {
+		rc.sources.stop()
+	}
 }
 
 // get returns the client of the kubeconfig ref, building it when the
 // Secret is new or changed.
-func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (client.Client, error) {
+func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (*remoteClient, error) {
 	secrets, err := rs.watch(ref.namespace)
 	if err != nil {
 		return nil, fmt.Errorf("watching kubeconfig Secrets: %w", err)
@@ -209,7 +239,7 @@ func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (client.Client, e
 	cached := rs.clients[ref]
 	rs.mu.Unlock()
 	if err == nil && cached != nil && cached.resourceVersion == meta.ResourceVersion {
-		return cached.client, nil
+		return cached, nil
 	}
 	secret := &corev1.Secret{}
 	if err := rs.bodies.Get(ctx, key, secret); err != nil {
@@ -220,30 +250,46 @@ func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (client.Client, e
 		return nil, fmt.Errorf("reading kubeconfig Secret %q: %w", ref.name, err)
 	}
 	if cached != nil && cached.resourceVersion == secret.ResourceVersion {
-		return cached.client, nil // the cache lags behind
+		return cached, nil // the cache lags behind
 	}
-	c, err := rs.build(secret.Data[ref.key])
+	rc, err := rs.build(secret.Data[ref.key])
 	if err != nil {
 		rs.forget(ref)
 		return nil, fmt.Errorf("kubeconfig Secret %q, key %q: %w", ref.name, ref.key, err)
 	}
+	rc.resourceVersion = secret.ResourceVersion
 	rs.mu.Lock()
-	rs.clients[ref] = &remoteClient{resourceVersion: secret.ResourceVersion, client: c}
+	old := rs.clients[ref]
+	rs.clients[ref] = rc
 	rs.mu.Unlock()
-	return c, nil
+	if old != nil {
+		old.stop() // its watches used the credentials replaced
+	}
+	return rc, nil
 }
 
+// forget drops the client of ref, and stops its watches.
 func (rs *remotes) forget(ref kubeConfigRef) {
 	rs.mu.Lock()
+	old := rs.clients[ref]
 	delete(rs.clients, ref)
 	rs.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
 }
+
+// errKubeconfigExec refuses a kubeconfig with a credential plugin.
+var errKubeconfigExec = errors.New("the kubeconfig gets its credentials from a plugin (users[].user.exec or auth-provider), " +
+	"which would run a command the Secret names on the operator's machine, with the operator's rights; " +
+	"the operator runs those only with --allow-kubeconfig-exec")
 
 // build makes a client from a kubeconfig. Requests time out quickly, so
 // that an unreachable cluster fails its targets instead of stalling the
-// reconcile. A kubeconfig may not name files or run programs: those would
-// run, or read, on the operator's machine with the operator's rights.
-func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
+// reconcile. A kubeconfig may not name files, nor run programs unless
+// allowExec: those would run, or read, on the operator's machine with the
+// operator's rights.
+func (rs *remotes) build(kubeconfig []byte) (*remoteClient, error) {
 	if len(kubeconfig) == 0 {
 		return nil, errors.New("no kubeconfig")
 	}
@@ -252,8 +298,8 @@ func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.ExecProvider != nil, cfg.AuthProvider != nil:
-		return nil, errors.New("kubeconfig runs a credential plugin; only inline credentials are allowed")
+	case (cfg.ExecProvider != nil || cfg.AuthProvider != nil) && !rs.allowExec:
+		return nil, errKubeconfigExec
 	case cfg.CertFile != "", cfg.KeyFile != "", cfg.CAFile != "", cfg.BearerTokenFile != "":
 		return nil, errors.New("kubeconfig names files; only inline credentials and certificates are allowed")
 	}
@@ -268,7 +314,11 @@ func (rs *remotes) build(kubeconfig []byte) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: rs.scheme, Mapper: mapper, HTTPClient: hc})
+	c, err := client.New(cfg, client.Options{Scheme: rs.scheme, Mapper: mapper, HTTPClient: hc})
+	if err != nil {
+		return nil, err
+	}
+	return &remoteClient{client: c, config: cfg, http: hc, mapper: mapper}, nil
 }
 
 // setupClusters prepares remote clusters and tenancy: the clients' caches,
@@ -282,20 +332,22 @@ func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error 
 	}
 	r.accounts = &accounts{config: mgr.GetConfig(), scheme: mgr.GetScheme(), mapper: r.Mapper, clients: map[string]client.Client{}}
 	r.remotes = &remotes{
-		bodies:  r.APIReader,
-		scheme:  mgr.GetScheme(),
-		timeout: r.Options.remoteTimeout(),
-		qps:     mgr.GetConfig().QPS,
-		burst:   mgr.GetConfig().Burst,
-		clients: map[kubeConfigRef]*remoteClient{},
+		bodies:    r.APIReader,
+		scheme:    mgr.GetScheme(),
+		timeout:   r.Options.remoteTimeout(),
+		allowExec: r.Options.AllowKubeconfigExec,
+		qps:       mgr.GetConfig().QPS,
+		burst:     mgr.GetConfig().Burst,
+		clients:   map[kubeConfigRef]*remoteClient{},
 		watch: func(namespace string) (client.Reader, error) {
 			return r.watches.kubeConfigs(namespace, r.forKubeConfig)
 		},
 	}
-	return nil
+	return r.setupSourceClusters(ctx, mgr)
 }
 
-// kubeConfigKeys are the index keys of ms's kubeconfig Secrets.
+// kubeConfigKeys are the index keys of ms's kubeconfig Secrets, of its
+// targets and its sources.
 func kubeConfigKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, t := range ms.Spec.Targets {
@@ -303,7 +355,13 @@ func kubeConfigKeys(ms *v1alpha1.ManifestSync) []string {
 			keys = append(keys, ms.Namespace+"/"+t.Cluster.KubeConfigSecretRef.Name)
 		}
 	}
-	return keys
+	for _, s := range ms.Spec.Sources {
+		if s.Cluster != nil {
+			keys = append(keys, ms.Namespace+"/"+s.Cluster.KubeConfigSecretRef.Name)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // forKubeConfig maps a Secret to the ManifestSyncs using it as a kubeconfig.
@@ -316,11 +374,8 @@ func (r *Reconciler) forKubeConfig(ctx context.Context, secret client.Object) []
 func clusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
 	for i := range ms.Spec.Targets {
 		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
-			key := st.Cluster.KubeConfigSecretRef.Key
-			if key == "" {
-				key = defaultKubeConfigKey
-			}
-			return st.Cluster.KubeConfigSecretRef.Name + "/" + key
+			kc := kubeConfigRefOf(ms, st.Cluster)
+			return kc.name + "/" + kc.key
 		}
 	}
 	return ""

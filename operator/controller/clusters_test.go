@@ -201,6 +201,24 @@ func TestRemoteClusterOutage(t *testing.T) {
 	}
 }
 
+// refusedKubeconfig is kubeconfig with a token the remote cluster refuses
+// ("not-a-token") in place of its credentials.
+func refusedKubeconfig(t testing.TB, kubeconfig []byte) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range cfg.AuthInfos {
+		u.ClientCertificateData, u.ClientKeyData, u.Token = nil, nil, "not-a-token"
+	}
+	bad, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bad
+}
+
 // A changed kubeconfig Secret rebuilds the cluster's client at once:
 // credentials the remote cluster refuses fail the target as unauthorized,
 // good ones make it sync again.
@@ -218,17 +236,7 @@ func TestRemoteKubeconfigChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := secret.Data["value"]
-	cfg, err := clientcmd.Load(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range cfg.AuthInfos {
-		u.ClientCertificateData, u.ClientKeyData, u.Token = nil, nil, "not-a-token"
-	}
-	bad, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bad := refusedKubeconfig(t, good)
 	secret.Data["value"] = bad
 	if err := env.Client.Update(ctx, secret); err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) erro
 func objectSetIndexKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, s := range ms.Spec.Sources {
-		if s.Objects == nil {
+		if s.Objects == nil || s.Cluster != nil { // a remote one's events come from its cluster
 			continue
 		}
 		set, err := engine.CompileObjectSet(s.Objects, ms.Namespace)
@@ -201,18 +201,18 @@ const cacheSyncTimeout = 30 * time.Second
 // when the object is new to the set or its resourceVersion changed. Every
 // object of another namespace must share itself with the ManifestSync's
 // namespace (AllowNamespacesAnnotation), or the source fails naming it.
-func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
-	namespaces, err := r.setNamespaces(ctx, set)
+func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
+	namespaces, err := setNamespaces(ctx, sc, set)
 	if err != nil {
 		return nil, err
 	}
 	kinds := set.Kinds
 	if set.WholeNamespace() {
-		if kinds, err = r.namespacedKinds(); err != nil {
+		if kinds, err = sc.kinds(); err != nil {
 			return nil, err
 		}
 	}
-	reader, err := r.reader(ms)
+	reader, err := sc.bodies(ms)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestS
 	read := map[objectRef]bool{}
 	for _, ns := range namespaces {
 		for _, gvk := range kinds {
-			got, err := r.readSetKind(ctx, ms, set, reader, gvk, ns, st)
+			got, err := readSetKind(ctx, ms, sc, set, reader, gvk, ns, st)
 			if err != nil {
 				return nil, err
 			}
@@ -241,8 +241,8 @@ type setObject struct {
 }
 
 // readSetKind reads the objects of kind gvk in namespace that set holds.
-func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
-	cached, err := r.setReader(ctx, gvk, ns, set.Labels)
+func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
+	cached, err := sc.set(ctx, gvk, ns, set.Labels)
 	if err != nil {
 		return nil, fmt.Errorf("%s in namespace %q: watching: %w", gvk.Kind, ns, err)
 	}
@@ -257,8 +257,8 @@ func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync,
 		if !set.Selects(gvk, meta) {
 			continue
 		}
-		ref := objectRef{gvk: gvk, namespace: ns, name: meta.Name}
-		if err := allowed(ms, ref, meta.Annotations); err != nil {
+		ref := objectRef{gvk: gvk, namespace: ns, name: meta.Name, cluster: sc.ref}
+		if err := sc.allowed(ms, ref, meta.Annotations); err != nil {
 			return nil, err
 		}
 		snap := st.sources[ref]
@@ -275,7 +275,7 @@ func (r *Reconciler) readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync,
 			if !set.Selects(gvk, obj) {
 				continue
 			}
-			if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+			if err := sc.allowed(ms, ref, obj.GetAnnotations()); err != nil {
 				return nil, err
 			}
 			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
@@ -328,11 +328,11 @@ func forgetSetBodies(ms *v1alpha1.ManifestSync, name string, read map[objectRef]
 
 // setNamespaces are the namespaces set reads: its one namespace, or those
 // of the cluster its namespaceSelector picks (from the metadata cache).
-func (r *Reconciler) setNamespaces(ctx context.Context, set *engine.ObjectSet) ([]string, error) {
+func setNamespaces(ctx context.Context, sc *sourceCluster, set *engine.ObjectSet) ([]string, error) {
 	if set.NamespaceSelector == nil {
 		return []string{set.Namespace}, nil
 	}
-	all, err := Namespaces(ctx, r.Client)
+	all, err := sc.namespaces(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -350,11 +350,8 @@ func (r *Reconciler) setNamespaces(ctx context.Context, set *engine.ObjectSet) (
 // after a restart): the
 // preferred version of every namespaced kind that can be listed and
 // watched, but those WholeNamespaceKind leaves out.
-func (r *Reconciler) namespacedKinds() ([]schema.GroupVersionKind, error) {
-	if r.sets == nil {
-		return nil, fmt.Errorf("discovery is not wired")
-	}
-	lists, err := discovery.ServerPreferredNamespacedResources(r.sets.kinds)
+func namespacedKinds(kinds discovery.CachedDiscoveryInterface) ([]schema.GroupVersionKind, error) {
+	lists, err := discovery.ServerPreferredNamespacedResources(kinds)
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}

@@ -54,6 +54,12 @@ type Options struct {
 	// unreachable one fails its targets without stalling the others;
 	// default 10s.
 	RemoteTimeout time.Duration
+	// AllowKubeconfigExec lets the kubeconfigs of remote clusters (of
+	// sources and targets) get their credentials from a plugin
+	// (users[].user.exec, auth-provider). Off, such a kubeconfig is
+	// refused: the plugin is a command named by whoever may write the
+	// Secret, run on the operator's machine with the operator's rights.
+	AllowKubeconfigExec bool
 	// DeletionTimeout is how long a deleted ManifestSync waits for its
 	// objects to be pruned or orphaned (a remote cluster may be
 	// unreachable) before its finalizer is removed anyway, with a Warning
@@ -372,17 +378,11 @@ func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alph
 // that the resyncs of steady state cost no evaluation either.
 func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, snaps map[string]*engine.Snapshot, st *syncState) (*engine.Result, error) {
 	opts := engine.Options{Limits: r.Options.Limits, Scope: r.scope}
-	for _, t := range ms.Spec.Targets {
-		if t.NamespaceSelector != nil {
-			nss, err := Namespaces(ctx, r.Client)
-			if err != nil {
-				return nil, err
-			}
-			opts.Namespaces = nss
-			break
-		}
+	var err error
+	if opts.Namespaces, opts.ClusterNamespaces, err = r.targetNamespaces(ctx, ms, st); err != nil {
+		return nil, err
 	}
-	key := evalKey{uid: ms.UID, generation: ms.Generation, revisions: map[string]string{}, namespaces: opts.Namespaces}
+	key := evalKey{uid: ms.UID, generation: ms.Generation, revisions: map[string]string{}, namespaces: opts.Namespaces, clusterNamespaces: opts.ClusterNamespaces}
 	for name, snap := range snaps {
 		key.revisions[name] = snap.Revision
 	}

@@ -43,7 +43,7 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 	forgetGoneSources(ms, st)
 	res := source.Resolver{
 		Namespace: ms.Namespace,
-		Objects:   r.objectReaders(ms, st),
+		Objects:   r.objectReaders(ctx, ms, st),
 		Observe: func(src *v1alpha1.Source, kind string, took time.Duration, err error) {
 			sourceDuration.WithLabelValues(ms.Namespace, ms.Name, src.Name, kind).Observe(took.Seconds())
 			if kind == "git" && r.Git != nil {
@@ -79,32 +79,42 @@ func (r *Reconciler) gitCredentials(ms *v1alpha1.ManifestSync) git.Credentials {
 // ms: the local cluster's, through the metadata caches, as ms's service
 // account, within the allow-list. This is where a source that names
 // another cluster gets that cluster's reader.
-func (r *Reconciler) objectReaders(ms *v1alpha1.ManifestSync, st *syncState) func(src *v1alpha1.Source) (source.ObjectReader, error) {
-	return func(*v1alpha1.Source) (source.ObjectReader, error) {
-		return &localObjects{r: r, ms: ms, st: st}, nil
+func (r *Reconciler) objectReaders(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) func(src *v1alpha1.Source) (source.ObjectReader, error) {
+	return func(src *v1alpha1.Source) (source.ObjectReader, error) {
+		sc, err := r.sourceClusterOf(ctx, ms, src) // this cluster, or the remote one src.Cluster names
+		if err != nil {
+			return nil, err
+		}
+		return &clusterObjects{r: r, ms: ms, sc: sc, st: st}, nil
 	}
 }
 
-// localObjects reads object and object set sources of ms from the local
-// cluster; st keeps the bodies read, so that steady state reads nothing.
-type localObjects struct {
+// clusterObjects reads object and object set sources of ms from one
+// cluster, local or remote; st keeps the bodies read, so that steady state
+// reads nothing.
+type clusterObjects struct {
 	r  *Reconciler
 	ms *v1alpha1.ManifestSync
+	sc *sourceCluster
 	st *syncState
 }
 
 // Get implements source.ObjectReader.
-func (l *localObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
-	snap, err := l.r.objectSource(ctx, l.ms, &o, l.st)
+func (c *clusterObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
+	snap, err := c.r.objectSource(ctx, c.ms, c.sc, &o, c.st)
 	if err != nil {
-		return nil, err
+		return nil, c.sc.fail(err)
 	}
 	return snap.Object, nil
 }
 
 // List implements source.ObjectReader.
-func (l *localObjects) List(ctx context.Context, name string, set *engine.ObjectSet) ([]map[string]any, error) {
-	return l.r.objectSetSource(ctx, l.ms, name, set, l.st)
+func (c *clusterObjects) List(ctx context.Context, name string, set *engine.ObjectSet) ([]map[string]any, error) {
+	objs, err := c.r.objectSetSource(ctx, c.ms, c.sc, name, set, c.st)
+	if err != nil {
+		return nil, c.sc.fail(err)
+	}
+	return objs, nil
 }
 
 // forgetGoneSources drops the metric series of the sources read before
@@ -127,6 +137,7 @@ type objectRef struct {
 	gvk       schema.GroupVersionKind
 	namespace string
 	name      string
+	cluster   string // "" or a remote one (sourceCluster.ref)
 }
 
 func (o objectRef) String() string {
@@ -155,12 +166,13 @@ func objectRefOf(ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource) (objectRef
 // objectSource reads an object source. The body is read from the API
 // server only when the object's resourceVersion, as the metadata cache
 // sees it, differs from the snapshot read last; steady state reads nothing.
-func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
+func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
 	ref, err := objectRefOf(ms, o)
 	if err != nil {
 		return nil, err
 	}
-	cached, err := r.watches.source(ctx, ref.gvk, ref.namespace)
+	ref.cluster = sc.ref
+	cached, err := sc.object(ctx, ref.gvk, ref.namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching: %w", ref, err)
 	}
@@ -169,7 +181,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	meta.SetGroupVersionKind(ref.gvk)
 	if err := cached.Get(ctx, key, meta); err == nil {
 		if snap := st.sources[ref]; snap != nil && snap.Revision == "resourceVersion:"+meta.ResourceVersion {
-			if err := allowed(ms, ref, meta.Annotations); err != nil {
+			if err := sc.allowed(ms, ref, meta.Annotations); err != nil {
 				return nil, err
 			}
 			return snap, nil
@@ -177,7 +189,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	}
 	// The body is read as the ManifestSync's service account, if any: a
 	// tenant reads only what its account may.
-	reader, err := r.reader(ms)
+	reader, err := sc.bodies(ms)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +201,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 		}
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
-	if err := allowed(ms, ref, obj.GetAnnotations()); err != nil {
+	if err := sc.allowed(ms, ref, obj.GetAnnotations()); err != nil {
 		return nil, err
 	}
 	// Scripts see the object as users wrote it, not the server's
@@ -219,7 +231,7 @@ func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]st
 func sourceIndexKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, s := range ms.Spec.Sources {
-		if s.Object == nil {
+		if s.Object == nil || s.Cluster != nil { // a remote one's events come from its cluster
 			continue
 		}
 		if ref, err := objectRefOf(ms, s.Object); err == nil {

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -145,14 +144,21 @@ type evalKey struct {
 	generation int64
 	revisions  map[string]string
 	namespaces []engine.Namespace
+	// clusterNamespaces are those of remote clusters, by engine.ClusterID.
+	clusterNamespaces map[string][]engine.Namespace
 }
 
 func (k evalKey) equal(o evalKey) bool {
 	return k.uid == o.uid && k.generation == o.generation &&
 		maps.Equal(k.revisions, o.revisions) &&
-		slices.EqualFunc(k.namespaces, o.namespaces, func(a, b engine.Namespace) bool {
-			return a.Name == b.Name && maps.Equal(a.Labels, b.Labels)
-		}) && (k.namespaces == nil) == (o.namespaces == nil)
+		sameNamespaces(k.namespaces, o.namespaces) &&
+		maps.EqualFunc(k.clusterNamespaces, o.clusterNamespaces, sameNamespaces)
+}
+
+func sameNamespaces(a, b []engine.Namespace) bool {
+	return slices.EqualFunc(a, b, func(a, b engine.Namespace) bool {
+		return a.Name == b.Name && maps.Equal(a.Labels, b.Labels)
+	}) && (a == nil) == (b == nil)
 }
 
 // redactor knows the Secret values to mask in what a sync reports: the
@@ -167,7 +173,7 @@ func (st *syncState) redactor(res *engine.Result) *redact.Redactor {
 	}
 	snaps := make(map[string]*engine.Snapshot, len(st.sources))
 	for ref, s := range st.sources {
-		snaps[fmt.Sprint(ref)] = s
+		snaps[ref.cluster+"|"+ref.String()] = s // a remote object may share a local one's name
 	}
 	return engine.SnapshotRedactor(snaps)
 }

@@ -134,6 +134,29 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "object set of a remote cluster",
+			edit: func(obj map[string]any) {
+				delete(source(obj, 0), "git")
+				source(obj, 0)["objects"] = map[string]any{"namespace": "shop"}
+				source(obj, 0)["cluster"] = map[string]any{"kubeConfigSecretRef": map[string]any{"name": "primary"}}
+			},
+		},
+		{
+			name: "cluster of a git source",
+			edit: func(obj map[string]any) {
+				source(obj, 0)["cluster"] = map[string]any{"kubeConfigSecretRef": map[string]any{"name": "primary"}}
+			},
+			want: []string{"spec.sources[0] crd/cel cluster is set only with object or objects"},
+		},
+		{
+			name: "remote target with a namespaceSelector",
+			edit: func(obj map[string]any) {
+				delete(target(obj, 0), "namespace")
+				target(obj, 0)["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"dr": "yes"}}
+				target(obj, 0)["cluster"] = map[string]any{"kubeConfigSecretRef": map[string]any{"name": "dr"}}
+			},
+		},
+		{
 			name: "whole namespace by selector",
 			edit: func(obj map[string]any) {
 				delete(source(obj, 0), "git")

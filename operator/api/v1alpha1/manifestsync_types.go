@@ -154,9 +154,11 @@ type DependencyReference struct {
 }
 
 // Source is one named input. Exactly one of git, object, objects and
-// kustomize is set.
+// kustomize is set; cluster, beside object or objects, reads them from a
+// remote cluster.
 //
 // +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.objects), has(self.kustomize)].filter(x, x).size() == 1",message="exactly one of git, object, objects and kustomize must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.cluster) || has(self.object) || has(self.objects)",message="cluster is set only with object or objects"
 type Source struct {
 	// Name is how the transform, schemas and other sources refer to it.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$`
@@ -171,6 +173,10 @@ type Source struct {
 	Objects *ObjectSetSource `json:"objects,omitempty"`
 	// +optional
 	Kustomize *KustomizeSource `json:"kustomize,omitempty"`
+	// Cluster is the remote cluster object or objects are read from, with
+	// its kubeconfig's credentials; empty means this one.
+	// +optional
+	Cluster *ClusterRef `json:"cluster,omitempty"`
 }
 
 // GitSource is a subtree of a Git repository at a ref.
@@ -335,10 +341,9 @@ type SchemaRef struct {
 }
 
 // Target is one destination: a namespace, or the namespaces a selector
-// picks, in this cluster or a remote one.
+// picks, in this cluster or a remote one (whose namespaces it picks).
 //
 // +kubebuilder:validation:XValidation:rule="!(has(self.namespace) && has(self.namespaceSelector))",message="namespace and namespaceSelector are exclusive"
-// +kubebuilder:validation:XValidation:rule="!(has(self.cluster) && has(self.namespaceSelector))",message="namespaceSelector selects namespaces of this cluster only; a remote cluster's target names its namespace"
 type Target struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
@@ -346,7 +351,8 @@ type Target struct {
 	// Namespace of namespaced objects; empty keeps the objects' own.
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
-	// NamespaceSelector picks every namespace whose labels match.
+	// NamespaceSelector picks every namespace whose labels match, of the
+	// target's cluster.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	// Cluster is a remote cluster; empty means this one.
