@@ -24,7 +24,7 @@ import (
 // it to a target in the DR cluster:
 //
 //	def main(ctx):
-//	    return dr.copy(ctx.sources.shop.objects, active = ctx.params["active"])
+//	    return dr.copy(ctx.sources["shop"].objects, active = ctx.params["active"])
 var DR = &starlarkstruct.Module{
 	Name: "dr",
 	Members: starlark.StringDict{
