@@ -109,13 +109,17 @@ type bench struct {
 	client    client.WithWatch
 	srcData   map[string][]byte
 	own, kids []float64 // the operator's own peak and its workers', MiB
-	// anon and file are, of ours [0] and the baseline [1], the peak
+	// anon and file are, of ours [0] and the baselines [1] and [2], the peak
 	// anonymous memory (RssAnon, with the workers') and the process's
 	// file-backed pages (RssFile), MiB.
-	anon, file [2][]float64
+	anon, file [3][]float64
 
 	oursReady, naiveReady []float64 // seconds
-	setStatus             []bool    // W8: whether each round's status recorded every target Synced
+	// W8's, by side: rounds run, seconds until every copy was made,
+	// whether each round's status recorded every target Synced.
+	w8Rounds              [3]int
+	w8Ready               [3][]float64
+	w8Status              [3][]bool
 	oursRound, naiveRound int
 }
 
@@ -282,7 +286,7 @@ func (b *bench) ours(ctx context.Context) (float64, error) {
 		},
 	}
 	b.oursRound++
-	rss, took, err := b.operator(ctx, ms, fmt.Sprintf("operator-%d.log", b.oursRound), b.waitSynced, nil, true)
+	rss, took, err := b.operator(ctx, ms, fmt.Sprintf("operator-%d.log", b.oursRound), b.waitSynced, nil, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -291,12 +295,12 @@ func (b *bench) ours(ctx context.Context) (float64, error) {
 }
 
 // operator creates ms and runs `engine operator` until ready; see measure.
-func (b *bench) operator(ctx context.Context, ms *v1alpha1.ManifestSync, logName string, ready, after func(context.Context) error, ours bool) (float64, time.Duration, error) {
+func (b *bench) operator(ctx context.Context, ms *v1alpha1.ManifestSync, logName string, ready, after func(context.Context) error, side int) (float64, time.Duration, error) {
 	if err := b.client.Create(ctx, ms); err != nil {
 		return 0, 0, err
 	}
 	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, OperatorFlags...)
-	return b.measure(ctx, exec.Command(b.engine, args...), logName, ready, after, ours)
+	return b.measure(ctx, exec.Command(b.engine, args...), logName, ready, after, side)
 }
 
 // naive runs the baseline until every copy is made, and returns its peak
@@ -307,7 +311,7 @@ func (b *bench) naive(ctx context.Context) (float64, error) {
 	}
 	b.naiveRound++
 	cmd := exec.Command(b.naiveBin, "--kubeconfig", b.c.Kubeconfig, "--source", srcNamespace+"/"+srcName, "--selector", targetLabel+"=target")
-	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("naive-%d.log", b.naiveRound), b.waitCopies, nil, false)
+	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("naive-%d.log", b.naiveRound), b.waitCopies, nil, 1)
 	if err != nil {
 		return 0, err
 	}
@@ -318,8 +322,8 @@ func (b *bench) naive(ctx context.Context) (float64, error) {
 // measure starts cmd, waits for ready (which watches from before the
 // start), lets it settle, reads its peak RSS, runs after (if not nil: what
 // is timed on the running controller once its memory is read) and stops
-// it.
-func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready, after func(context.Context) error, ours bool) (float64, time.Duration, error) {
+// it. side is 0 for ours, 1 or 2 for a baseline.
+func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready, after func(context.Context) error, side int) (float64, time.Duration, error) {
 	logPath := filepath.Join(b.dir, logName)
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -380,9 +384,7 @@ func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, read
 	if err != nil {
 		return 0, 0, err
 	}
-	side := 1
-	if ours {
-		side = 0
+	if side == 0 { // ours
 		b.own = append(b.own, mib(p.own))
 		b.kids = append(b.kids, mib(p.children))
 	}
