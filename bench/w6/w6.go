@@ -109,17 +109,17 @@ type bench struct {
 	client    client.WithWatch
 	srcData   map[string][]byte
 	own, kids []float64 // the operator's own peak and its workers', MiB
-	// anon and file are, of ours [0] and the baselines [1] and [2], the peak
+	// anon and file are, of ours [0] and the other sides [1:], the peak
 	// anonymous memory (RssAnon, with the workers') and the process's
 	// file-backed pages (RssFile), MiB.
-	anon, file [3][]float64
+	anon, file [4][]float64
 
 	oursReady, naiveReady []float64 // seconds
 	// W8's, by side: rounds run, seconds until every copy was made,
 	// whether each round's status recorded every target Synced.
-	w8Rounds              [3]int
-	w8Ready               [3][]float64
-	w8Status              [3][]bool
+	w8Rounds              [4]int
+	w8Ready               [4][]float64
+	w8Status              [4][]bool
 	oursRound, naiveRound int
 }
 
@@ -322,7 +322,7 @@ func (b *bench) naive(ctx context.Context) (float64, error) {
 // measure starts cmd, waits for ready (which watches from before the
 // start), lets it settle, reads its peak RSS, runs after (if not nil: what
 // is timed on the running controller once its memory is read) and stops
-// it. side is 0 for ours, 1 or 2 for a baseline.
+// it. side is 0 for ours, 1 and above for the others.
 func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready, after func(context.Context) error, side int) (float64, time.Duration, error) {
 	logPath := filepath.Join(b.dir, logName)
 	log, err := os.Create(logPath)
