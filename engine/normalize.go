@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // Scope tells whether a kind is namespaced. ok is false when the kind is
@@ -121,12 +122,6 @@ var applyOrder = map[string]int{
 
 const defaultRank = 50
 
-// serverOwnedMetadata is metadata the API server owns; applying it is
-// either an error or a lie.
-var serverOwnedMetadata = []string{"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "ownerReferences", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
-
-const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
-
 // normalize sets the target namespace on namespaced objects, strips what
 // the server owns, and checks every object names itself.
 func normalize(o *unstructured.Unstructured, namespace string, scope Scope) error {
@@ -146,12 +141,12 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 	case namespace != "":
 		o.SetNamespace(namespace)
 	}
-	for _, f := range serverOwnedMetadata {
+	for _, f := range stdlib.ServerOwnedMetadata {
 		unstructured.RemoveNestedField(o.Object, "metadata", f)
 	}
 	if ann := o.GetAnnotations(); ann != nil {
-		if _, ok := ann[lastAppliedAnnotation]; ok {
-			delete(ann, lastAppliedAnnotation)
+		if _, ok := ann[stdlib.LastAppliedAnnotation]; ok {
+			delete(ann, stdlib.LastAppliedAnnotation)
 			if len(ann) == 0 {
 				unstructured.RemoveNestedField(o.Object, "metadata", "annotations")
 			} else {
@@ -161,27 +156,9 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 	}
 	delete(o.Object, "status")
 	if o.GetKind() == "Service" && o.GroupVersionKind().Group == "" {
-		stripAllocatedIPs(o)
+		stdlib.StripAllocatedIPs(o.Object)
 	}
 	return checkNames(o)
-}
-
-// headless is the clusterIP of a Service that asks for none.
-const headless = "None"
-
-// stripAllocatedIPs removes the cluster IPs a Service exported from a
-// live cluster carries: the API server allocated them, and applying them
-// elsewhere would ask for addresses that are taken or out of range. A
-// headless Service's "None" is the user's choice, not an allocation: it
-// stays, or the Service would be created with an address.
-func stripAllocatedIPs(o *unstructured.Unstructured) {
-	if ip, _, _ := unstructured.NestedString(o.Object, "spec", "clusterIP"); ip != headless {
-		unstructured.RemoveNestedField(o.Object, "spec", "clusterIP")
-	}
-	ips, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "clusterIPs")
-	if len(ips) == 0 || slices.ContainsFunc(ips, func(ip string) bool { return ip != headless }) {
-		unstructured.RemoveNestedField(o.Object, "spec", "clusterIPs")
-	}
 }
 
 // nameRules are the kinds whose names the API server checks by another

@@ -29,6 +29,7 @@ var registry = []Module{
 	assertModule,
 	base64Module,
 	cueModule,
+	drModule,
 	failModule,
 	hashModule,
 	jsonModule,
@@ -56,7 +57,7 @@ func Modules() []Module {
 }
 
 // Predeclared returns the globals given to every ManifestSync script: yaml,
-// json, base64, hash, struct, math, re, time, k8s, kustomize, assert and cue. The hash module
+// json, base64, hash, struct, math, re, time, k8s, kustomize, dr, assert and cue. The hash module
 // shadows Starlark's built-in hash(x), which scripts have no use for. The values are
 // frozen and safe to share between threads; the dictionary itself is new on
 // every call.

@@ -1,6 +1,6 @@
 // Package stdlib provides the Starlark modules that ManifestSync predeclares
 // for transforms and their tests: yaml, json, base64, hash, struct, math, re,
-// time, k8s and assert. Each module lives in a file of its own as a Go value
+// time, k8s, dr (disaster recovery copies of a namespace) and assert. Each module lives in a file of its own as a Go value
 // whose doc comment gives its Starlark-side API. [Modules] lists them, with a
 // paragraph for every module and function, for `engine doc`; [Markdown] and
 // [Stubs] render the same tables as docs/stdlib.md and as type stubs for

@@ -41,7 +41,7 @@ var clusterWorkloads []clusterWorkload
 func main() {
 	harness.ChildMain()
 	var (
-		only     = flag.String("only", "W1,W2,W3,W4,W5,W6,W7", "comma-separated workloads to run")
+		only     = flag.String("only", "W1,W2,W3,W4,W5,W6,W7,W8", "comma-separated workloads to run")
 		rounds   = flag.Int("rounds", 3, "rounds of each workload (at least 3), alternating ours and the baselines")
 		cueBin   = flag.String("cue", "bin/cue", "the cue binary (make bench builds it)")
 		starBin  = flag.String("starlark", "bin/starlark", "the starlark binary (make bench builds it)")

@@ -1,4 +1,7 @@
-// Package w6 is workload W6 of `make bench`: memory. The cluster holds
+// Package w6 is workloads W6 and W8 of `make bench`: memory. W8, the
+// object set fan-out, is in objectset.go.
+//
+// In W6 the cluster holds
 // 10,000 Secrets (100 of them 100 KiB) in 1,000 labelled namespaces, and
 // one source Secret is replicated to those namespaces by a ManifestSync
 // (an object source and a namespaceSelector target) run by `engine
@@ -95,19 +98,28 @@ func Run(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, er
 }
 
 type bench struct {
-	c         *harness.Cluster
+	c *harness.Cluster
+	// srcNS and ms name the ManifestSync under test, ready when its
+	// targets (a count) are all Synced.
+	srcNS, ms string
+	targets   int
 	dir       string
 	engine    string // bin/engine
 	naiveBin  string
 	client    client.WithWatch
 	srcData   map[string][]byte
 	own, kids []float64 // the operator's own peak and its workers', MiB
-	// anon and file are, of ours [0] and the baseline [1], the peak
+	// anon and file are, of ours [0] and the other sides [1:], the peak
 	// anonymous memory (RssAnon, with the workers') and the process's
 	// file-backed pages (RssFile), MiB.
-	anon, file [2][]float64
+	anon, file [4][]float64
 
 	oursReady, naiveReady []float64 // seconds
+	// W8's, by side: rounds run, seconds until every copy was made,
+	// whether each round's status recorded every target Synced.
+	w8Rounds              [4]int
+	w8Ready               [4][]float64
+	w8Status              [4][]bool
 	oursRound, naiveRound int
 }
 
@@ -148,11 +160,22 @@ func fileMiB(path string) float64 {
 func nil2(float64) bool { return true }
 
 func setup(ctx context.Context, c *harness.Cluster, dir string) (*bench, error) {
-	b := &bench{c: c, dir: dir, engine: filepath.Join(c.Root, "bin", "engine"), naiveBin: filepath.Join(dir, "naive")}
-	for _, build := range [][]string{
-		{"build", "-o", b.engine, "./cmd/engine"},
-		{"build", "-o", b.naiveBin, "./bench/w6/naive"},
-	} {
+	b, err := newBench(ctx, c, dir, srcNamespace, msName, namespaces, true)
+	if err != nil {
+		return nil, err
+	}
+	return b, b.populate(ctx)
+}
+
+// newBench builds bin/engine (and the baseline, with naive) and a client
+// of c, for a ManifestSync ns/ms with targets targets.
+func newBench(ctx context.Context, c *harness.Cluster, dir, ns, ms string, targets int, naive bool) (*bench, error) {
+	b := &bench{c: c, srcNS: ns, ms: ms, targets: targets, dir: dir, engine: filepath.Join(c.Root, "bin", "engine"), naiveBin: filepath.Join(dir, "naive")}
+	builds := [][]string{{"build", "-o", b.engine, "./cmd/engine"}}
+	if naive {
+		builds = append(builds, []string{"build", "-o", b.naiveBin, "./bench/w6/naive"})
+	}
+	for _, build := range builds {
 		cmd := exec.CommandContext(ctx, "go", build...)
 		cmd.Dir = c.Root
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -171,7 +194,7 @@ func setup(ctx context.Context, c *harness.Cluster, dir string) (*bench, error) 
 	if err != nil {
 		return nil, err
 	}
-	return b, b.populate(ctx)
+	return b, nil
 }
 
 // populate creates the namespaces, the 10,000 Secrets and the source,
@@ -223,25 +246,30 @@ func random(n int) []byte {
 // reset deletes the ManifestSync (without its finalizer: no operator
 // runs) and every copy, so that each round starts alike.
 func (b *bench) reset(ctx context.Context) error {
-	ms := &v1alpha1.ManifestSync{}
-	key := types.NamespacedName{Namespace: srcNamespace, Name: msName}
-	if err := b.client.Get(ctx, key, ms); err == nil {
-		if len(ms.Finalizers) > 0 {
-			patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
-			if err := b.client.Patch(ctx, ms, patch); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-		if err := b.client.Delete(ctx, ms); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	} else if !apierrors.IsNotFound(err) {
+	if err := b.deleteManifestSync(ctx); err != nil {
 		return err
 	}
 	return harness.Parallel(namespaces, setupWorker, func(i int) error {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsName(i), Name: srcName}}
 		return client.IgnoreNotFound(b.client.Delete(ctx, s))
 	})
+}
+
+// deleteManifestSync deletes the ManifestSync under test, without its
+// finalizer (no operator runs).
+func (b *bench) deleteManifestSync(ctx context.Context) error {
+	ms := &v1alpha1.ManifestSync{}
+	key := types.NamespacedName{Namespace: b.srcNS, Name: b.ms}
+	if err := b.client.Get(ctx, key, ms); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if len(ms.Finalizers) > 0 {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		if err := b.client.Patch(ctx, ms, patch); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return client.IgnoreNotFound(b.client.Delete(ctx, ms))
 }
 
 // ours runs the operator until the ManifestSync is ready, and returns its
@@ -257,18 +285,22 @@ func (b *bench) ours(ctx context.Context) (float64, error) {
 			Targets: []v1alpha1.Target{{Name: "all", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{targetLabel: "target"}}}},
 		},
 	}
-	if err := b.client.Create(ctx, ms); err != nil {
-		return 0, err
-	}
 	b.oursRound++
-	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, OperatorFlags...)
-	cmd := exec.Command(b.engine, args...)
-	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("operator-%d.log", b.oursRound), b.waitSynced, true)
+	rss, took, err := b.operator(ctx, ms, fmt.Sprintf("operator-%d.log", b.oursRound), b.waitSynced, nil, 0)
 	if err != nil {
 		return 0, err
 	}
 	b.oursReady = append(b.oursReady, took.Seconds())
 	return rss, nil
+}
+
+// operator creates ms and runs `engine operator` until ready; see measure.
+func (b *bench) operator(ctx context.Context, ms *v1alpha1.ManifestSync, logName string, ready, after func(context.Context) error, side int) (float64, time.Duration, error) {
+	if err := b.client.Create(ctx, ms); err != nil {
+		return 0, 0, err
+	}
+	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, OperatorFlags...)
+	return b.measure(ctx, exec.Command(b.engine, args...), logName, ready, after, side)
 }
 
 // naive runs the baseline until every copy is made, and returns its peak
@@ -279,7 +311,7 @@ func (b *bench) naive(ctx context.Context) (float64, error) {
 	}
 	b.naiveRound++
 	cmd := exec.Command(b.naiveBin, "--kubeconfig", b.c.Kubeconfig, "--source", srcNamespace+"/"+srcName, "--selector", targetLabel+"=target")
-	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("naive-%d.log", b.naiveRound), b.waitCopies, false)
+	rss, took, err := b.measure(ctx, cmd, fmt.Sprintf("naive-%d.log", b.naiveRound), b.waitCopies, nil, 1)
 	if err != nil {
 		return 0, err
 	}
@@ -288,8 +320,10 @@ func (b *bench) naive(ctx context.Context) (float64, error) {
 }
 
 // measure starts cmd, waits for ready (which watches from before the
-// start), lets it settle, reads its peak RSS and stops it.
-func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready func(context.Context) error, ours bool) (float64, time.Duration, error) {
+// start), lets it settle, reads its peak RSS, runs after (if not nil: what
+// is timed on the running controller once its memory is read) and stops
+// it. side is 0 for ours, 1 and above for the others.
+func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, ready, after func(context.Context) error, side int) (float64, time.Duration, error) {
 	logPath := filepath.Join(b.dir, logName)
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -341,13 +375,16 @@ func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, read
 	}
 	time.Sleep(settle)
 	p, err := sampler.finish()
+	if err == nil && after != nil {
+		if err = after(ctx); err != nil {
+			err = fmt.Errorf("%w (log: %s)", err, tail(logPath))
+		}
+	}
 	stop()
 	if err != nil {
 		return 0, 0, err
 	}
-	side := 1
-	if ours {
-		side = 0
+	if side == 0 { // ours
 		b.own = append(b.own, mib(p.own))
 		b.kids = append(b.kids, mib(p.children))
 	}
@@ -370,12 +407,12 @@ func tail(path string) string {
 // Synced, watching it.
 func (b *bench) waitSynced(ctx context.Context) error {
 	var list v1alpha1.ManifestSyncList
-	w, err := b.client.Watch(ctx, &list, client.InNamespace(srcNamespace), client.MatchingFields{"metadata.name": msName})
+	w, err := b.client.Watch(ctx, &list, client.InNamespace(b.srcNS), client.MatchingFields{"metadata.name": b.ms})
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
-	want := fmt.Sprintf("%d/%d", namespaces, namespaces)
+	want := fmt.Sprintf("%d/%d", b.targets, b.targets)
 	last := "no status"
 	for {
 		select {

@@ -17,7 +17,8 @@ import (
 // does (engine eval -f sync.yaml, sources beside it) and compares the output
 // with the example's expected.yaml or, for an example that must fail, its
 // expected.err (exit status 1 and what eval printed on stderr); engine vet
-// of the example must exit the same way. With -update it rewrites them.
+// of the example must exit the same way, and engine test of the example
+// pass when it has *_test.star files. With -update it rewrites them.
 //
 // An example can list extra eval arguments in eval.args, where $DIR is the
 // example's directory; those that point a git source at $GIT/NAME.git make
@@ -37,6 +38,7 @@ func TestExamples(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			args := exampleArgs(t, dir)
 			var stdout, stderr bytes.Buffer
+			vetPath := dir
 			code := run(append([]string{"eval", "-f", sync}, args...), &stdout, &stderr)
 			want, got, wantCode := filepath.Join(dir, "expected.yaml"), stdout.Bytes(), 0
 			if _, err := os.Stat(filepath.Join(dir, "expected.err")); err == nil {
@@ -62,8 +64,17 @@ func TestExamples(t *testing.T) {
 			// failing one has.
 			stdout.Reset()
 			stderr.Reset()
-			if code := run([]string{"vet", dir}, &stdout, &stderr); code != wantCode {
-				t.Errorf("engine vet %s: exit %d, want %d:\n%s%s", dir, code, wantCode, stdout.String(), stderr.String())
+			if code := run([]string{"vet", vetPath}, &stdout, &stderr); code != wantCode {
+				t.Errorf("engine vet %s: exit %d, want %d:\n%s%s", vetPath, code, wantCode, stdout.String(), stderr.String())
+			}
+			// The example's own *_test.star files pass, as its README
+			// runs them.
+			if tests, _ := filepath.Glob(filepath.Join(dir, "*", "*_test.star")); len(tests) > 0 {
+				stdout.Reset()
+				stderr.Reset()
+				if code := run([]string{"test", dir}, &stdout, &stderr); code != 0 {
+					t.Errorf("engine test %s: exit %d:\n%s%s", dir, code, stdout.String(), stderr.String())
+				}
 			}
 		})
 	}
