@@ -20,7 +20,8 @@ var errNotExist = fs.ErrNotExist
 //	ctx.target  -> struct(name, namespace, cluster, labels)
 //	ctx.params  -> dict: spec.params merged with the target's params
 //	ctx.inputs  -> list of objects
-//	ctx.sources -> dict name -> struct(name, revision, files, read, objects, object)
+//	ctx.sources -> name -> struct(name, revision, files, read, objects, object),
+//	               indexed (ctx.sources["app"]) or as attributes (ctx.sources.app)
 //	               (objects is a list for an object set source)
 //
 // inputs and sources are built once and frozen, so every target shares them.
@@ -93,7 +94,53 @@ func sourcesValue(spec *v1alpha1.ManifestSyncSpec, snaps map[string]*Snapshot) s
 		_ = d.SetKey(starlark.String(s.Name), starlarkstruct.FromStringDict(starlark.String("source"), fields))
 	}
 	d.Freeze()
-	return d
+	return &sourcesDict{d}
+}
+
+// sourcesDict is ctx.sources: a frozen dict of the sources by name, whose
+// sources are attributes too (ctx.sources.app as ctx.sources["app"]) when
+// their name is an identifier. The dict's methods (get, keys, items,
+// values) win over a source of the same name, which indexing still reads.
+type sourcesDict struct{ d *starlark.Dict }
+
+var (
+	_ starlark.IterableMapping = (*sourcesDict)(nil)
+	_ starlark.HasAttrs        = (*sourcesDict)(nil)
+	_ starlark.Sequence        = (*sourcesDict)(nil)
+)
+
+func (s *sourcesDict) String() string        { return s.d.String() }
+func (s *sourcesDict) Type() string          { return "sources" }
+func (s *sourcesDict) Freeze()               {}
+func (s *sourcesDict) Truth() starlark.Bool  { return s.d.Truth() }
+func (s *sourcesDict) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable type: sources") }
+func (s *sourcesDict) Len() int              { return s.d.Len() }
+func (s *sourcesDict) Iterate() starlark.Iterator {
+	return s.d.Iterate()
+}
+func (s *sourcesDict) Items() []starlark.Tuple { return s.d.Items() }
+func (s *sourcesDict) Get(k starlark.Value) (starlark.Value, bool, error) {
+	return s.d.Get(k)
+}
+
+// Attr is a method of the dict, else the source of that name.
+func (s *sourcesDict) Attr(name string) (starlark.Value, error) {
+	if v, err := s.d.Attr(name); v != nil || err != nil {
+		return v, err
+	}
+	v, found, err := s.d.Get(starlark.String(name))
+	if err != nil || !found {
+		return nil, err // nil, nil: "sources has no .name field or method"
+	}
+	return v, nil
+}
+
+func (s *sourcesDict) AttrNames() []string {
+	names := s.d.AttrNames()
+	for _, k := range s.d.Keys() {
+		names = append(names, string(k.(starlark.String)))
+	}
+	return names
 }
 
 // sourceValue backs the functions of ctx.sources[name]. Parsed objects are
