@@ -12,7 +12,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -42,6 +44,7 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"
+	"github.com/manifestsync/manifestsync/stdlib"
 )
 
 // readyTimeout bounds the wait for Ready under DEMO_EXIT=1.
@@ -317,13 +320,74 @@ func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, ku
 			if err := createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml")); err != nil {
 				return nil, fmt.Errorf("source %q: %w", src.Name, err)
 			}
+		case src.Objects != nil:
+			if err := createObjectSet(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml")); err != nil {
+				return nil, fmt.Errorf("source %q: %w", src.Name, err)
+			}
 		case src.Git != nil:
 			if err := publishGitSource(dir, repos, gitURL, src); err != nil {
 				return nil, fmt.Errorf("source %q: %w", src.Name, err)
 			}
 		}
+		if src.Cluster != nil {
+			// The local control plane stands in for the cluster the
+			// source reads, as for remote targets.
+			if err := createKubeconfigSecret(ctx, c, ms.Namespace, src.Cluster.KubeConfigSecretRef, kubeconfig); err != nil {
+				return nil, fmt.Errorf("source %q: %w", src.Name, err)
+			}
+		}
 	}
 	return ms, nil
+}
+
+// createObjectSet creates the objects an example keeps beside its
+// sync.yaml for an object set source (NAME.yaml, as kubectl get -o yaml
+// prints them), when there is such a file; without one the set starts
+// empty. The file is a copy of what a cluster held: what its API server
+// set or allocated (status, uids, cluster IPs, node ports) goes as the dr
+// module strips it, and Jobs, whose selectors hold the other cluster's
+// uids, are left out.
+func createObjectSet(ctx context.Context, c client.Client, namespace, file string) error {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	docs, err := stdlib.DecodeYAMLStream(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	var objs []any
+	for _, d := range docs {
+		m, ok := d.Value.(map[string]any)
+		if !ok {
+			continue
+		}
+		if items, ok := m["items"].([]any); ok && m["kind"] == "List" {
+			objs = append(objs, items...)
+		} else {
+			objs = append(objs, m)
+		}
+	}
+	clean, err := stdlib.DRCopy(objs, stdlib.DROptions{Active: true, StripNodePorts: true})
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for _, o := range clean {
+		obj := &unstructured.Unstructured{Object: o.(map[string]any)}
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(namespace)
+		}
+		if err := ensureNamespace(ctx, c, obj.GetNamespace()); err != nil {
+			return err
+		}
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: %s %s/%s: %w", file, obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // publishGitSource serves a git source from the example's local copy
