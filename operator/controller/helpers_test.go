@@ -153,3 +153,13 @@ func condition(ms *v1alpha1.ManifestSync, typ string) metav1.Condition {
 }
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// entriesOf is ms's inventory, from either form; a corrupt one fails t.
+func entriesOf(t testing.TB, ms *v1alpha1.ManifestSync) []v1alpha1.InventoryEntry {
+	t.Helper()
+	entries, err := ms.InventoryEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
+}

@@ -41,7 +41,7 @@ func TestRestartMakesNoWrites(t *testing.T) {
 	start := time.Now()
 	env.CreateSync(t, ms, 2*time.Minute)
 	synced := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, 2*time.Minute)
-	if n := len(synced.Status.Inventory); n != targetCount*perTarget {
+	if n := len(entriesOf(t, synced)); n != targetCount*perTarget {
 		t.Fatalf("inventory has %d objects, want %d", n, targetCount*perTarget)
 	}
 	t.Logf("first sync of %d objects: %v", targetCount*perTarget, time.Since(start).Round(time.Millisecond))

@@ -65,8 +65,8 @@ func TestEvalFailureTouchesNoTarget(t *testing.T) {
 	if got.Status.History[0].Result != v1alpha1.ReasonEvalFailed || got.Status.History[1].Result != v1alpha1.ReasonSynced {
 		t.Errorf("history %+v", got.Status.History)
 	}
-	if len(got.Status.Inventory) != 2 {
-		t.Errorf("inventory changed: %+v", got.Status.Inventory)
+	if len(entriesOf(t, got)) != 2 {
+		t.Errorf("inventory changed: %+v", entriesOf(t, got))
 	}
 	// The rows say the evaluation failed; the condition says why once,
 	// although both targets failed the same way.
@@ -206,7 +206,7 @@ func TestDriftReport(t *testing.T) {
 		if msg := got.Status.Targets[0].Message; !strings.Contains(msg, "ConfigMap "+ns+"/one (changed)") {
 			return fmt.Errorf("target message %q", msg)
 		}
-		if inv := got.Status.Inventory; len(inv) != 1 || !inv[0].Drifted || inv[0].Missing {
+		if inv := entriesOf(t, got); len(inv) != 1 || !inv[0].Drifted || inv[0].Missing {
 			return fmt.Errorf("inventory %+v, want the changed object, drifted", inv)
 		}
 		return nil
@@ -254,7 +254,7 @@ func TestDriftReport(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
 			return err
 		}
-		if inv := got.Status.Inventory; len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing || inv[0].Drifted {
+		if inv := entriesOf(t, got); len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing || inv[0].Drifted {
 			return fmt.Errorf("inventory %+v, want the deleted object, missing", inv)
 		}
 		return nil
@@ -285,7 +285,7 @@ func TestSteadyStateMakesNoRequests(t *testing.T) {
 	})
 	createSync(t, ms)
 	got := ready(t, ms)
-	if n := len(got.Status.Inventory); n != 50 {
+	if n := len(entriesOf(t, got)); n != 50 {
 		t.Fatalf("inventory has %d objects, want 50", n)
 	}
 	quiet(t)

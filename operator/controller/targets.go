@@ -329,7 +329,15 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 		return nil
 	}
 	inventory := map[string]int{}
-	for _, it := range parseInventory(ms.Status.Inventory) {
+	items, err := parseInventory(ms)
+	if err != nil {
+		// Never read as empty: every target whose output is empty is held.
+		items = nil
+		for _, t := range res.Targets {
+			inventory[t.ID()] = 1
+		}
+	}
+	for _, it := range items {
 		inventory[it.target]++
 	}
 	held := map[string]*emptyOutputError{}

@@ -25,15 +25,15 @@ func TestInventoryIDs(t *testing.T) {
 	} {
 		it := itemOf(obj, "dev")
 		e := it.entry()
-		back := parseInventory([]v1alpha1.InventoryEntry{e})
-		if len(back) != 1 || back[0] != it || back[0].gvk() != obj.GroupVersionKind() {
+		back, err := parseInventory(withInventory(e))
+		if err != nil || len(back) != 1 || back[0] != it || back[0].gvk() != obj.GroupVersionKind() {
 			t.Errorf("%s: round trip gave %+v", e.ID, back)
 		}
 	}
 	if id := v1alpha1.IDOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}}).InventoryID(); id != "web-dev_web_apps_Deployment" {
 		t.Errorf("id %q", id)
 	}
-	if got := parseInventory([]v1alpha1.InventoryEntry{{ID: "bad", Version: "v1"}, {ID: "a_b__Secret"}}); len(got) != 0 {
+	if got, err := parseInventory(withInventory(v1alpha1.InventoryEntry{ID: "bad", Version: "v1"}, v1alpha1.InventoryEntry{ID: "a_b__Secret"})); err != nil || len(got) != 0 {
 		t.Errorf("malformed entries parsed: %+v", got)
 	}
 }
@@ -254,4 +254,9 @@ func TestHealthVerdict(t *testing.T) {
 	if status, reason, _ := v.condition(); h != v1alpha1.HealthHealthy || status != metav1.ConditionTrue || reason != string(v1alpha1.HealthHealthy) {
 		t.Errorf("a healthy target: %s, condition %s %s", h, status, reason)
 	}
+}
+
+// withInventory is a ManifestSync whose status holds entries.
+func withInventory(entries ...v1alpha1.InventoryEntry) *v1alpha1.ManifestSync {
+	return &v1alpha1.ManifestSync{Status: v1alpha1.ManifestSyncStatus{Inventory: entries}}
 }

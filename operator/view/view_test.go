@@ -40,7 +40,7 @@ func sample() *v1alpha1.ManifestSync {
 // "name/namespace"), named "Kind namespace/name", with their state; those
 // of a target without a row are shown too.
 func TestDescribe(t *testing.T) {
-	d := Describe(sample(), 2)
+	d := describe(t, sample(), 2)
 	var got []string
 	for _, tg := range d.Targets {
 		for _, o := range tg.Objects {
@@ -76,7 +76,7 @@ func TestSummarizeStaleCondition(t *testing.T) {
 
 // Colours only when asked, and columns line up either way.
 func TestColour(t *testing.T) {
-	d := Describe(sample(), 0)
+	d := describe(t, sample(), 0)
 	var plain, colour strings.Builder
 	if err := WriteDetail(&plain, d, Options{}); err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestDetailShowsHealth(t *testing.T) {
 		Reason: v1alpha1.ReasonHealthCheckFailed, Message: "not Current: Deployment b/web: not found"})
 	ms.Status.Targets[0].Health = v1alpha1.HealthHealthy
 	ms.Status.Targets[2].Health = v1alpha1.HealthDegraded
-	d := Describe(ms, 0)
+	d := describe(t, ms, 0)
 	d.Judge(func(tg Target, o Object) (string, string, bool) {
 		switch {
 		case tg.Cluster == "eu" && o.Kind == "Deployment":
@@ -158,4 +158,14 @@ func TestDetailShowsHealth(t *testing.T) {
 			t.Errorf("detail lacks %q:\n%s", want, b.String())
 		}
 	}
+}
+
+// describe is Describe, failing t on an error.
+func describe(t *testing.T, ms *v1alpha1.ManifestSync, history int) Detail {
+	t.Helper()
+	d, err := Describe(ms, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
