@@ -513,8 +513,9 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		left = append(left, it.describe())
 	}
 	inventory, err := parseInventory(ms)
-	if err != nil {
-		return fmt.Errorf("nothing was pruned: %w", err)
+	if err != nil { // as a failure to prune: the deletion timeout applies
+		errs = append(errs, fmt.Errorf("nothing was pruned: %w", err))
+		left = append(left, "every object of its inventory")
 	}
 	// Every object is read first, so that the last wave goes first.
 	var owned []pruneCandidate

@@ -44,6 +44,9 @@ func TestRestartMakesNoWrites(t *testing.T) {
 	if n := len(entriesOf(t, synced)); n != targetCount*perTarget {
 		t.Fatalf("inventory has %d objects, want %d", n, targetCount*perTarget)
 	}
+	if len(synced.Status.InventoryGzip) == 0 {
+		t.Fatal("the inventory was not gzipped: the restart would not read the gzipped form")
+	}
 	t.Logf("first sync of %d objects: %v", targetCount*perTarget, time.Since(start).Round(time.Millisecond))
 	quiet(t)
 

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -168,4 +169,27 @@ func describe(t *testing.T, ms *v1alpha1.ManifestSync, history int) Detail {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// The objects of a gzipped inventory are listed as those of a plain one.
+func TestDescribeGzippedInventory(t *testing.T) {
+	plain := sample()
+	gz := sample()
+	if err := gz.Status.SetInventory(gz.Status.Inventory, 10); err != nil {
+		t.Fatal(err)
+	}
+	if gz.Status.Inventory != nil || len(gz.Status.InventoryGzip) == 0 {
+		t.Fatalf("not gzipped: %+v", gz.Status)
+	}
+	got, want := describe(t, gz, 0), describe(t, plain, 0)
+	if len(want.Targets) == 0 || len(want.Targets[0].Objects) == 0 {
+		t.Fatalf("the sample lists no objects: %+v", want.Targets)
+	}
+	if !reflect.DeepEqual(got.Targets, want.Targets) {
+		t.Errorf("targets from the gzipped inventory:\n%+v\nwant\n%+v", got.Targets, want.Targets)
+	}
+	gz.Status.InventoryGzip = []byte("junk")
+	if _, err := Describe(gz, 0); err == nil || !strings.Contains(err.Error(), "status.inventoryGzip") {
+		t.Errorf("a corrupt inventory: %v", err)
+	}
 }
