@@ -20,18 +20,7 @@ const testGzipThreshold = 2 << 10
 // count; pruning reads it so; once small again it is written plain.
 func TestLargeInventoryIsGzipped(t *testing.T) {
 	env.Need(t)
-	home := env.Namespace(t, nil)
-	var nss []string
-	for range 5 {
-		nss = append(nss, env.Namespace(t, nil))
-	}
-	ms := newSync(home, "gzipped", v1alpha1.ManifestSyncSpec{
-		Transform: inline(namesScript),
-		Params:    params(`{"names": ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"]}`),
-		Targets:   targets(nss...),
-	})
-	createSync(t, ms)
-	got := ready(t, ms)
+	ms, got, nss := syncFifty(t, "gzipped")
 	if len(got.Status.Inventory) != 0 || len(got.Status.InventoryGzip) == 0 || got.Status.InventoryCount != 50 {
 		t.Fatalf("status: %d plain entries, %d gzipped bytes, count %d; want 0, some, 50",
 			len(got.Status.Inventory), len(got.Status.InventoryGzip), got.Status.InventoryCount)

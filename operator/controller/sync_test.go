@@ -273,18 +273,7 @@ func TestDriftReport(t *testing.T) {
 func TestSteadyStateMakesNoRequests(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
-	home := env.Namespace(t, nil)
-	var nss []string
-	for range 5 {
-		nss = append(nss, env.Namespace(t, nil))
-	}
-	ms := newSync(home, "steady", v1alpha1.ManifestSyncSpec{
-		Transform: inline(namesScript),
-		Params:    params(`{"names": ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"]}`),
-		Targets:   targets(nss...),
-	})
-	createSync(t, ms)
-	got := ready(t, ms)
+	ms, got, _ := syncFifty(t, "steady")
 	if n := len(entriesOf(t, got)); n != 50 {
 		t.Fatalf("inventory has %d objects, want 50", n)
 	}
