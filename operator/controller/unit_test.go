@@ -260,3 +260,18 @@ func TestHealthVerdict(t *testing.T) {
 func withInventory(entries ...v1alpha1.InventoryEntry) *v1alpha1.ManifestSync {
 	return &v1alpha1.ManifestSync{Status: v1alpha1.ManifestSyncStatus{Inventory: entries}}
 }
+
+// An inventory that cannot be read is not an empty one: a target whose
+// output turned empty is held, and says why.
+func TestHeldEmptyWithUnreadableInventory(t *testing.T) {
+	ms := &v1alpha1.ManifestSync{Status: v1alpha1.ManifestSyncStatus{InventoryGzip: []byte("junk")}}
+	res := &engine.Result{Targets: []*engine.TargetResult{{Name: "empty"}}}
+	held := (&Reconciler{}).heldEmpty(ms, res)
+	if e := held["empty"]; e == nil || !strings.Contains(e.Error(), "its inventory cannot be read; nothing was pruned") {
+		t.Errorf("held %+v", held)
+	}
+	ms.Status.InventoryGzip = nil
+	if held := (&Reconciler{}).heldEmpty(ms, res); len(held) != 0 {
+		t.Errorf("an empty inventory held %+v", held)
+	}
+}
