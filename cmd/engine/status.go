@@ -107,7 +107,10 @@ func runStatus(ctx context.Context, stdout io.Writer, f *statusFlags, args []str
 	if err := c.Get(ctx, key, ms); err != nil {
 		return notFound("status", key, err)
 	}
-	d := view.Describe(ms, f.history)
+	d, err := view.Describe(ms, f.history)
+	if err != nil {
+		return err
+	}
 	judgeObjects(ctx, c, ms, &d)
 	if f.output == "json" {
 		return printJSON(stdout, d)

@@ -567,7 +567,11 @@ func showObjects(ctx context.Context, c client.Client) error {
 	fmt.Fprintln(w, "MANIFESTSYNC\tTARGET\tOBJECT\tSTATE")
 	for i := range list.Items {
 		ms := &list.Items[i]
-		for _, t := range view.Describe(ms, 0).Targets {
+		d, err := view.Describe(ms, 0)
+		if err != nil {
+			return err
+		}
+		for _, t := range d.Targets {
 			for _, o := range t.Objects {
 				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", ms.Namespace, ms.Name, t.Name, o.Object, o.State)
 			}

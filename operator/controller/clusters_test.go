@@ -154,11 +154,11 @@ func TestRemoteClusterOutage(t *testing.T) {
 	}
 	want := v1alpha1.InventoryEntry{ID: remoteNS + "_cfg__ConfigMap", Version: "v1", Target: "remote", Cluster: "remote/value"}
 	found := false
-	for _, e := range got.Status.Inventory {
+	for _, e := range entriesOf(t, got) {
 		found = found || ownedEntry(e) == want
 	}
 	if !found {
-		t.Errorf("status.inventory = %+v, want an entry %+v", got.Status.Inventory, want)
+		t.Errorf("status.inventory = %+v, want an entry %+v", entriesOf(t, got), want)
 	}
 
 	start := stopRemote(t)

@@ -311,8 +311,8 @@ func TestDependencyNotReadyKeepsObjects(t *testing.T) {
 	if _, err := getConfigMap(target, "three"); err == nil {
 		t.Error("ConfigMap three was applied")
 	}
-	if len(got.Status.Inventory) != 2 || got.Status.LastAppliedRevision != before.Status.LastAppliedRevision {
-		t.Errorf("status changed: inventory %+v, lastAppliedRevision %q", got.Status.Inventory, got.Status.LastAppliedRevision)
+	if len(entriesOf(t, got)) != 2 || got.Status.LastAppliedRevision != before.Status.LastAppliedRevision {
+		t.Errorf("status changed: inventory %+v, lastAppliedRevision %q", entriesOf(t, got), got.Status.LastAppliedRevision)
 	}
 	if r := got.Status.Targets[0]; r.State != v1alpha1.TargetSynced {
 		t.Errorf("target row %+v: want it Synced as it was", r)

@@ -117,10 +117,10 @@ func TestDRNamespaceFromRemoteCluster(t *testing.T) {
 		deploymentIs(t, env.Client, timeout, shop, name, 0, strconv.Itoa(int(n)))
 	}
 	var kinds []string
-	for _, e := range got.Status.Inventory {
+	for _, e := range entriesOf(t, got) {
 		kinds = append(kinds, e.ID)
 	}
-	if len(got.Status.Inventory) != 8 {
+	if len(entriesOf(t, got)) != 8 {
 		t.Errorf("inventory = %q, want the 8 objects of the namespace but its Job", kinds)
 	}
 	svc := &corev1.Service{}

@@ -84,7 +84,7 @@ func TestDriftIgnoreReportsNothing(t *testing.T) {
 			if msg := got.Status.Targets[0].Message; strings.Contains(msg, "drifted") != report {
 				t.Errorf("target message %q under drift %s", msg, policy)
 			}
-			if inv := got.Status.Inventory; len(inv) != 1 || inv[0].Drifted != report || inv[0].Missing {
+			if inv := entriesOf(t, got); len(inv) != 1 || inv[0].Drifted != report || inv[0].Missing {
 				t.Errorf("inventory %+v under drift %s", inv, policy)
 			}
 			if c := condition(got, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonSynced {
@@ -206,7 +206,7 @@ func TestDriftIsAChangeOfOwnedFields(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
 		t.Fatal(err)
 	}
-	if inv := got.Status.Inventory; len(inv) != 1 || inv[0].Drifted || inv[0].Fields == "" {
+	if inv := entriesOf(t, got); len(inv) != 1 || inv[0].Drifted || inv[0].Fields == "" {
 		t.Errorf("inventory %+v", inv)
 	}
 

@@ -238,7 +238,7 @@ func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.Manifest
 	err := c.Get(ctx, client.ObjectKeyFromObject(ms), live)
 	switch {
 	case err == nil:
-		return inventoryOf(live, ms, targets), nil
+		return inventoryOf(live, ms, targets)
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
 	default:
 		return nil, fmt.Errorf("reading ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)
@@ -269,7 +269,7 @@ func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.Manifest
 
 // inventoryOf is live's inventory; when targets are not all of ms's, only
 // the entries of those targets.
-func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) []inventoryItem {
+func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) ([]inventoryItem, error) {
 	evaluated := map[string]bool{}
 	for _, t := range targets {
 		evaluated[t.Name] = true
@@ -278,14 +278,17 @@ func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult
 	for _, t := range ms.Spec.Targets {
 		all = all && evaluated[t.Name]
 	}
-	items := parseInventory(live.Status.Inventory)
+	items, err := parseInventory(live)
+	if err != nil {
+		return nil, err
+	}
 	if all {
-		return items
+		return items, nil
 	}
 	return slices.DeleteFunc(items, func(it inventoryItem) bool {
 		name, _, _ := strings.Cut(it.target, "/")
 		return !evaluated[name]
-	})
+	}), nil
 }
 
 // NormalizeForDiff is obj without what the API server maintains and our

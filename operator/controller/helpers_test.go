@@ -153,3 +153,30 @@ func condition(ms *v1alpha1.ManifestSync, typ string) metav1.Condition {
 }
 
 func keyOf(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// entriesOf is ms's inventory, from either form; a corrupt one fails t.
+func entriesOf(t testing.TB, ms *v1alpha1.ManifestSync) []v1alpha1.InventoryEntry {
+	t.Helper()
+	entries, err := ms.InventoryEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
+}
+
+// syncFifty syncs a ManifestSync named name of 10 ConfigMaps (c0 to c9)
+// into each of 5 new namespaces; it returns it, Ready, and the namespaces.
+func syncFifty(t *testing.T, name string) (ms, got *v1alpha1.ManifestSync, nss []string) {
+	t.Helper()
+	home := env.Namespace(t, nil)
+	for range 5 {
+		nss = append(nss, env.Namespace(t, nil))
+	}
+	ms = newSync(home, name, v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"]}`),
+		Targets:   targets(nss...),
+	})
+	createSync(t, ms)
+	return ms, ready(t, ms), nss
+}

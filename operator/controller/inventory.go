@@ -62,9 +62,15 @@ func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
 	return inventoryItem{id: v1alpha1.IDOf(obj), version: obj.GroupVersionKind().Version, target: target}
 }
 
-// parseInventory reads status.inventory; entries that do not parse are
-// dropped (they cannot name an object to prune).
-func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
+// parseInventory reads ms's inventory (status.inventory or
+// status.inventoryGzip); entries that do not parse are dropped (they
+// cannot name an object to prune). An inventory that cannot be read is an
+// error, never an empty inventory.
+func parseInventory(ms *v1alpha1.ManifestSync) ([]inventoryItem, error) {
+	entries, err := ms.InventoryEntries()
+	if err != nil {
+		return nil, err
+	}
 	items := make([]inventoryItem, 0, len(entries))
 	for _, e := range entries {
 		id, err := e.Object()
@@ -73,7 +79,7 @@ func parseInventory(entries []v1alpha1.InventoryEntry) []inventoryItem {
 		}
 		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: e.Fields})
 	}
-	return items
+	return items, nil
 }
 
 // inventoryEntries is the status form of items, in a stable order and

@@ -136,6 +136,9 @@ func newOperator(ctx context.Context, e *testenv.Env) (ctrl.Manager, *Reconciler
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
 			Evaluator: evaluators,
 			APIServer: apiServer,
+			// Low, so that the tests of more than about 20 objects
+			// read and write the gzipped inventory.
+			InventoryGzipThreshold: testGzipThreshold,
 		},
 		Git:      repos.provider,
 		Recorder: recorded,

@@ -266,7 +266,7 @@ func TestObjectSetWholeNamespace(t *testing.T) {
 	createSync(t, ms)
 	got := ready(t, ms)
 	var ids []string
-	for _, e := range got.Status.Inventory {
+	for _, e := range entriesOf(t, got) {
 		ids = append(ids, e.ID)
 	}
 	want := []string{dest + "_app__ServiceAccount", dest + "_cfg__ConfigMap", dest + "_db__Secret"}

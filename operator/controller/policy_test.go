@@ -105,7 +105,7 @@ func TestResourcePolicies(t *testing.T) {
 	}
 
 	var ids []string
-	for _, e := range got.Status.Inventory {
+	for _, e := range entriesOf(t, got) {
 		ids = append(ids, strings.TrimPrefix(e.ID, ns+"_"))
 	}
 	want := []string{"adopt__ConfigMap", "immutable__ConfigMap", "new-kept__ConfigMap", "new__ConfigMap", "overwrite__ConfigMap"}

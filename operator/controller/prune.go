@@ -23,6 +23,9 @@ type pruneResult struct {
 	inventory []inventoryItem
 	pruned    []v1alpha1.ObjectID
 	err       error
+	// unread is set when the last inventory could not be read: it stays
+	// in status as it is.
+	unread bool
 }
 
 // prune deletes the objects of the last inventory that no target wants
@@ -64,7 +67,11 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		}
 		return err
 	}
-	for _, it := range parseInventory(ms.Status.Inventory) {
+	inventory, err := parseInventory(ms)
+	if err != nil {
+		return pruneResult{err: fmt.Errorf("nothing was pruned: %w", err), unread: true}
+	}
+	for _, it := range inventory {
 		if present[it.target] && !done[it.target] {
 			res.inventory = append(res.inventory, it) // keep until the target syncs
 			continue

@@ -37,8 +37,8 @@ func TestPrune(t *testing.T) {
 	})
 	createSync(t, ms)
 	got := ready(t, ms)
-	if n := len(got.Status.Inventory); n != 6 {
-		t.Fatalf("inventory has %d entries, want 6: %+v", n, got.Status.Inventory)
+	if n := len(entriesOf(t, got)); n != 6 {
+		t.Fatalf("inventory has %d entries, want 6: %+v", n, entriesOf(t, got))
 	}
 
 	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) { ms.Spec.Targets = ms.Spec.Targets[:1] })
@@ -50,7 +50,7 @@ func TestPrune(t *testing.T) {
 		return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b, Name: "detached"}})
 	})
 	mustConfigMap(t, b, "kept")
-	for _, e := range got.Status.Inventory {
+	for _, e := range entriesOf(t, got) {
 		if e.Target != "t0" {
 			t.Errorf("inventory still holds %+v", e)
 		}
@@ -68,8 +68,8 @@ func TestPrune(t *testing.T) {
 	got = ready(t, ms)
 	mustConfigMap(t, a, "detached")
 	mustConfigMap(t, a, "kept")
-	if len(got.Status.Inventory) != 1 || !strings.HasPrefix(got.Status.Inventory[0].ID, a+"_plain_") {
-		t.Errorf("inventory %+v", got.Status.Inventory)
+	if len(entriesOf(t, got)) != 1 || !strings.HasPrefix(entriesOf(t, got)[0].ID, a+"_plain_") {
+		t.Errorf("inventory %+v", entriesOf(t, got))
 	}
 }
 

@@ -86,6 +86,11 @@ type Options struct {
 	// they resume at once when it does (see APIServerProbe); the manager's
 	// cache should take its NewInformer too.
 	APIServer *APIServerProbe
+	// InventoryGzipThreshold is the size of status.inventory's JSON above
+	// which the inventory is written gzipped (status.inventoryGzip), so
+	// that the status of a large fan-out fits in the API server's request
+	// limit; default 256 KiB.
+	InventoryGzipThreshold int
 }
 
 func (o Options) transientRetryMax() time.Duration {
@@ -108,8 +113,9 @@ func (o Options) shutdownGrace() time.Duration {
 	return orDefault(o.ShutdownGrace, 20*time.Second)
 }
 
-func (o Options) concurrency() int   { return orDefault(o.Concurrency, 4) }
-func (o Options) targetWorkers() int { return orDefault(o.TargetWorkers, 8) }
+func (o Options) inventoryGzipThreshold() int { return orDefault(o.InventoryGzipThreshold, 256<<10) }
+func (o Options) concurrency() int            { return orDefault(o.Concurrency, 4) }
+func (o Options) targetWorkers() int          { return orDefault(o.TargetWorkers, 8) }
 
 func orDefault[T int | time.Duration](v, def T) T {
 	if v <= 0 {
@@ -222,6 +228,10 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
+	if _, err := parseInventory(ms); err != nil {
+		// Nothing is applied or pruned: the inventory guards both.
+		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
+	}
 	blocked, err := r.checkDependencies(ctx, ms)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -261,7 +271,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
 	wasFailing := healthFailed(ms)
-	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, now)
+	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, r.Options.inventoryGzipThreshold(), now)
 	observeHealth(ms, outcomes)
 	logSync(ctx, res, outcomes, pr, reason)
 	r.syncEvents(ms, res, outcomes, pr, wasReady)
@@ -502,9 +512,14 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		}
 		left = append(left, it.describe())
 	}
+	inventory, err := parseInventory(ms)
+	if err != nil { // as a failure to prune: the deletion timeout applies
+		errs = append(errs, fmt.Errorf("nothing was pruned: %w", err))
+		left = append(left, "every object of its inventory")
+	}
 	// Every object is read first, so that the last wave goes first.
 	var owned []pruneCandidate
-	for _, it := range parseInventory(ms.Status.Inventory) {
+	for _, it := range inventory {
 		c, err := clusters.get(ctx, it.cluster)
 		var obj *metav1.PartialObjectMetadata
 		if err == nil {

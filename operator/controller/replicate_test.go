@@ -52,8 +52,8 @@ func TestSecretReplicatedToNamespaces(t *testing.T) {
 			t.Errorf("status.targets[%d] = %+v", i, row)
 		}
 	}
-	if len(got.Status.Inventory) != 3 || ownedEntry(got.Status.Inventory[0]) != (v1alpha1.InventoryEntry{ID: nss[0] + "_tls__Secret", Version: "v1", Target: "t0"}) {
-		t.Errorf("status.inventory = %+v", got.Status.Inventory)
+	if len(entriesOf(t, got)) != 3 || ownedEntry(entriesOf(t, got)[0]) != (v1alpha1.InventoryEntry{ID: nss[0] + "_tls__Secret", Version: "v1", Target: "t0"}) {
+		t.Errorf("status.inventory = %+v", entriesOf(t, got))
 	}
 	if got.Status.LastAppliedRevision != got.Status.LastEvaluatedRevision || len(got.Status.History) != 1 || got.Status.LastSuccessfulSyncTime == nil {
 		t.Errorf("status: applied %q, evaluated %q, history %+v", got.Status.LastAppliedRevision, got.Status.LastEvaluatedRevision, got.Status.History)
@@ -181,8 +181,8 @@ func TestKustomizeSourceOverGit(t *testing.T) {
 	if src := got.Status.Inputs.Sources; src["repo"] != "main@sha1:4f2c0000" || src["app"] != "main@sha1:4f2c0000" {
 		t.Errorf("inputs.sources = %v", src)
 	}
-	if len(got.Status.Inventory) != 1 {
-		t.Errorf("inventory %+v: the repository's raw files became objects", got.Status.Inventory)
+	if len(entriesOf(t, got)) != 1 {
+		t.Errorf("inventory %+v: the repository's raw files became objects", entriesOf(t, got))
 	}
 }
 

@@ -41,8 +41,11 @@ func TestRestartMakesNoWrites(t *testing.T) {
 	start := time.Now()
 	env.CreateSync(t, ms, 2*time.Minute)
 	synced := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, 2*time.Minute)
-	if n := len(synced.Status.Inventory); n != targetCount*perTarget {
+	if n := len(entriesOf(t, synced)); n != targetCount*perTarget {
 		t.Fatalf("inventory has %d objects, want %d", n, targetCount*perTarget)
+	}
+	if len(synced.Status.InventoryGzip) == 0 {
+		t.Fatal("the inventory was not gzipped: the restart would not read the gzipped form")
 	}
 	t.Logf("first sync of %d objects: %v", targetCount*perTarget, time.Since(start).Round(time.Millisecond))
 	quiet(t)

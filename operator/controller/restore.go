@@ -23,7 +23,11 @@ const versionUnknown = "unknown"
 // are applied).
 func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a *applier, revision string, t *engine.TargetResult) *targetRecord {
 	inventory := map[v1alpha1.ObjectID]inventoryItem{}
-	for _, it := range parseInventory(ms.Status.Inventory) {
+	items, err := parseInventory(ms)
+	if err != nil {
+		return nil // every object is applied
+	}
+	for _, it := range items {
 		if it.target == t.ID() && it.cluster == c.ref {
 			inventory[it.id] = it
 		}

@@ -36,7 +36,7 @@ func TestEmptyOutputPrunesNothing(t *testing.T) {
 	})
 	createSync(t, ms)
 	before := ready(t, ms)
-	if n := len(before.Status.Inventory); n != 30 {
+	if n := len(entriesOf(t, before)); n != 30 {
 		t.Fatalf("inventory has %d entries, want 30", n)
 	}
 	rvs := map[string]string{}
@@ -60,7 +60,7 @@ func TestEmptyOutputPrunesNothing(t *testing.T) {
 	if row := got.Status.Targets[0]; row.State != v1alpha1.TargetFailed || !strings.Contains(row.Message, "no objects") {
 		t.Errorf("target row %+v", row)
 	}
-	if n := len(got.Status.Inventory); n != 30 {
+	if n := len(entriesOf(t, got)); n != 30 {
 		t.Errorf("inventory has %d entries, want the 30 it had", n)
 	}
 	waitEvent(t, ms, EventEmptyOutput, "returned no objects")
@@ -79,8 +79,8 @@ func TestEmptyOutputPrunesNothing(t *testing.T) {
 			return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 		})
 	}
-	if len(got.Status.Inventory) != 0 || got.Status.Targets[0].State != v1alpha1.TargetSynced {
-		t.Errorf("inventory %+v, rows %+v", got.Status.Inventory, got.Status.Targets)
+	if len(entriesOf(t, got)) != 0 || got.Status.Targets[0].State != v1alpha1.TargetSynced {
+		t.Errorf("inventory %+v, rows %+v", entriesOf(t, got), got.Status.Targets)
 	}
 }
 

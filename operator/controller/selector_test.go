@@ -61,7 +61,7 @@ func TestNamespaceSelector(t *testing.T) {
 		return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: first, Name: "shared"}})
 	})
 	got = ready(t, ms)
-	if len(got.Status.Targets) != 2 || len(got.Status.Inventory) != 2 {
-		t.Errorf("targets %+v, inventory %+v", got.Status.Targets, got.Status.Inventory)
+	if len(got.Status.Targets) != 2 || len(entriesOf(t, got)) != 2 {
+		t.Errorf("targets %+v, inventory %+v", got.Status.Targets, entriesOf(t, got))
 	}
 }

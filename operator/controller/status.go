@@ -101,7 +101,7 @@ func outputDigest(res *engine.Result) string {
 
 // setSyncedStatus fills status after the targets were synced and pruned.
 // It returns the Ready reason and message, and the health verdict.
-func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, now metav1.Time) (string, string, *healthVerdict) {
+func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, gzipThreshold int, now metav1.Time) (string, string, *healthVerdict) {
 	s := &ms.Status
 	prev := s.Targets
 	s.Targets = make([]v1alpha1.TargetStatus, 0, len(outcomes))
@@ -155,7 +155,11 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	if pr.err != nil {
 		failures = append(failures, pr.err.Error())
 	}
-	s.Inventory = inventoryEntries(pr.inventory)
+	if !pr.unread {
+		if err := s.SetInventory(inventoryEntries(pr.inventory), gzipThreshold); err != nil {
+			failures = append(failures, err.Error())
+		}
+	}
 	s.TargetsSummary = fmt.Sprintf("%d/%d", synced, len(outcomes))
 
 	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", v1alpha1.ShortRevision(res.Revision), len(outcomes))

@@ -65,8 +65,8 @@ func TestEvalFailureTouchesNoTarget(t *testing.T) {
 	if got.Status.History[0].Result != v1alpha1.ReasonEvalFailed || got.Status.History[1].Result != v1alpha1.ReasonSynced {
 		t.Errorf("history %+v", got.Status.History)
 	}
-	if len(got.Status.Inventory) != 2 {
-		t.Errorf("inventory changed: %+v", got.Status.Inventory)
+	if len(entriesOf(t, got)) != 2 {
+		t.Errorf("inventory changed: %+v", entriesOf(t, got))
 	}
 	// The rows say the evaluation failed; the condition says why once,
 	// although both targets failed the same way.
@@ -206,7 +206,7 @@ func TestDriftReport(t *testing.T) {
 		if msg := got.Status.Targets[0].Message; !strings.Contains(msg, "ConfigMap "+ns+"/one (changed)") {
 			return fmt.Errorf("target message %q", msg)
 		}
-		if inv := got.Status.Inventory; len(inv) != 1 || !inv[0].Drifted || inv[0].Missing {
+		if inv := entriesOf(t, got); len(inv) != 1 || !inv[0].Drifted || inv[0].Missing {
 			return fmt.Errorf("inventory %+v, want the changed object, drifted", inv)
 		}
 		return nil
@@ -254,7 +254,7 @@ func TestDriftReport(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
 			return err
 		}
-		if inv := got.Status.Inventory; len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing || inv[0].Drifted {
+		if inv := entriesOf(t, got); len(inv) != 1 || inv[0].ID != ns+"_one__ConfigMap" || !inv[0].Missing || inv[0].Drifted {
 			return fmt.Errorf("inventory %+v, want the deleted object, missing", inv)
 		}
 		return nil
@@ -273,19 +273,8 @@ func TestDriftReport(t *testing.T) {
 func TestSteadyStateMakesNoRequests(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
-	home := env.Namespace(t, nil)
-	var nss []string
-	for range 5 {
-		nss = append(nss, env.Namespace(t, nil))
-	}
-	ms := newSync(home, "steady", v1alpha1.ManifestSyncSpec{
-		Transform: inline(namesScript),
-		Params:    params(`{"names": ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"]}`),
-		Targets:   targets(nss...),
-	})
-	createSync(t, ms)
-	got := ready(t, ms)
-	if n := len(got.Status.Inventory); n != 50 {
+	ms, got, _ := syncFifty(t, "steady")
+	if n := len(entriesOf(t, got)); n != 50 {
 		t.Fatalf("inventory has %d objects, want 50", n)
 	}
 	quiet(t)

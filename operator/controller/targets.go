@@ -313,9 +313,13 @@ func unchangedObjects(t *engine.TargetResult, rec *targetRecord) map[v1alpha1.Ob
 type emptyOutputError struct {
 	target    string
 	inventory int
+	unread    error // the inventory could not be read
 }
 
 func (e *emptyOutputError) Error() string {
+	if e.unread != nil {
+		return fmt.Sprintf("target %q: the evaluation returned no objects and its inventory cannot be read; nothing was pruned: %v", e.target, e.unread)
+	}
 	return fmt.Sprintf("target %q: the evaluation returned no objects while %d are in its inventory; nothing was pruned (set spec.policy.allowEmpty to prune them)",
 		e.target, e.inventory)
 }
@@ -329,13 +333,14 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 		return nil
 	}
 	inventory := map[string]int{}
-	for _, it := range parseInventory(ms.Status.Inventory) {
+	items, err := parseInventory(ms) // never read as empty: on an error every empty target is held
+	for _, it := range items {
 		inventory[it.target]++
 	}
 	held := map[string]*emptyOutputError{}
 	for _, t := range res.Targets {
-		if n := inventory[t.ID()]; len(t.Objects) == 0 && n > 0 {
-			held[t.ID()] = &emptyOutputError{target: t.ID(), inventory: n}
+		if n := inventory[t.ID()]; len(t.Objects) == 0 && (n > 0 || err != nil) {
+			held[t.ID()] = &emptyOutputError{target: t.ID(), inventory: n, unread: err}
 		}
 	}
 	return held

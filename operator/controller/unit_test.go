@@ -25,15 +25,15 @@ func TestInventoryIDs(t *testing.T) {
 	} {
 		it := itemOf(obj, "dev")
 		e := it.entry()
-		back := parseInventory([]v1alpha1.InventoryEntry{e})
-		if len(back) != 1 || back[0] != it || back[0].gvk() != obj.GroupVersionKind() {
+		back, err := parseInventory(withInventory(e))
+		if err != nil || len(back) != 1 || back[0] != it || back[0].gvk() != obj.GroupVersionKind() {
 			t.Errorf("%s: round trip gave %+v", e.ID, back)
 		}
 	}
 	if id := v1alpha1.IDOf(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web", "namespace": "web-dev"}}}).InventoryID(); id != "web-dev_web_apps_Deployment" {
 		t.Errorf("id %q", id)
 	}
-	if got := parseInventory([]v1alpha1.InventoryEntry{{ID: "bad", Version: "v1"}, {ID: "a_b__Secret"}}); len(got) != 0 {
+	if got, err := parseInventory(withInventory(v1alpha1.InventoryEntry{ID: "bad", Version: "v1"}, v1alpha1.InventoryEntry{ID: "a_b__Secret"})); err != nil || len(got) != 0 {
 		t.Errorf("malformed entries parsed: %+v", got)
 	}
 }
@@ -253,5 +253,25 @@ func TestHealthVerdict(t *testing.T) {
 	h := v.add(outcome(start, health.Current), timeout, start.Add(time.Hour))
 	if status, reason, _ := v.condition(); h != v1alpha1.HealthHealthy || status != metav1.ConditionTrue || reason != string(v1alpha1.HealthHealthy) {
 		t.Errorf("a healthy target: %s, condition %s %s", h, status, reason)
+	}
+}
+
+// withInventory is a ManifestSync whose status holds entries.
+func withInventory(entries ...v1alpha1.InventoryEntry) *v1alpha1.ManifestSync {
+	return &v1alpha1.ManifestSync{Status: v1alpha1.ManifestSyncStatus{Inventory: entries}}
+}
+
+// An inventory that cannot be read is not an empty one: a target whose
+// output turned empty is held, and says why.
+func TestHeldEmptyWithUnreadableInventory(t *testing.T) {
+	ms := &v1alpha1.ManifestSync{Status: v1alpha1.ManifestSyncStatus{InventoryGzip: []byte("junk")}}
+	res := &engine.Result{Targets: []*engine.TargetResult{{Name: "empty"}}}
+	held := (&Reconciler{}).heldEmpty(ms, res)
+	if e := held["empty"]; e == nil || !strings.Contains(e.Error(), "its inventory cannot be read; nothing was pruned") {
+		t.Errorf("held %+v", held)
+	}
+	ms.Status.InventoryGzip = nil
+	if held := (&Reconciler{}).heldEmpty(ms, res); len(held) != 0 {
+		t.Errorf("an empty inventory held %+v", held)
 	}
 }

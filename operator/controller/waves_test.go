@@ -45,8 +45,8 @@ func TestCRDAndItsResourcesInOneTarget(t *testing.T) {
 	if len(got.Status.History) != 1 || got.Status.History[0].Result != v1alpha1.ReasonSynced {
 		t.Errorf("history %+v", got.Status.History)
 	}
-	if len(got.Status.Inventory) != 22 {
-		t.Errorf("inventory has %d objects, want 22", len(got.Status.Inventory))
+	if len(entriesOf(t, got)) != 22 {
+		t.Errorf("inventory has %d objects, want 22", len(entriesOf(t, got)))
 	}
 	if row := targetRow(t, got); row.Health != v1alpha1.HealthUnknown {
 		// Widgets have no status and no rule.

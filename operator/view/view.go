@@ -129,15 +129,19 @@ func Summarize(ms *v1alpha1.ManifestSync) Summary {
 }
 
 // Describe is ms in full, with its newest history entries, at most
-// history of them.
-func Describe(ms *v1alpha1.ManifestSync, history int) Detail {
+// history of them. An inventory that cannot be read is an error.
+func Describe(ms *v1alpha1.ManifestSync, history int) (Detail, error) {
+	inventory, err := ms.InventoryEntries()
+	if err != nil {
+		return Detail{}, err
+	}
 	d := Detail{Summary: Summarize(ms), Inputs: ms.Status.Inputs, Targets: []Target{}}
 	if c := apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy); c != nil {
 		d.Healthy, d.HealthReason, d.HealthMessage = string(c.Status), c.Reason, c.Message
 	}
 	d.History = ms.Status.History[:min(max(history, 0), len(ms.Status.History))]
 	byTarget := map[string][]v1alpha1.InventoryEntry{}
-	for _, e := range ms.Status.Inventory {
+	for _, e := range inventory {
 		byTarget[e.Target] = append(byTarget[e.Target], e)
 	}
 	for _, row := range ms.Status.Targets {
@@ -160,7 +164,7 @@ func Describe(ms *v1alpha1.ManifestSync, history int) Detail {
 		name, ns, _ := strings.Cut(id, "/")
 		d.Targets = append(d.Targets, Target{Name: name, Namespace: ns, State: string(v1alpha1.TargetPending), Objects: objects(byTarget[id])})
 	}
-	return d
+	return d, nil
 }
 
 // objects are the inventory entries as people read them, in the order

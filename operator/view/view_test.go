@@ -1,6 +1,7 @@
 package view
 
 import (
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func sample() *v1alpha1.ManifestSync {
 // "name/namespace"), named "Kind namespace/name", with their state; those
 // of a target without a row are shown too.
 func TestDescribe(t *testing.T) {
-	d := Describe(sample(), 2)
+	d := describe(t, sample(), 2)
 	var got []string
 	for _, tg := range d.Targets {
 		for _, o := range tg.Objects {
@@ -76,7 +77,7 @@ func TestSummarizeStaleCondition(t *testing.T) {
 
 // Colours only when asked, and columns line up either way.
 func TestColour(t *testing.T) {
-	d := Describe(sample(), 0)
+	d := describe(t, sample(), 0)
 	var plain, colour strings.Builder
 	if err := WriteDetail(&plain, d, Options{}); err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestDetailShowsHealth(t *testing.T) {
 		Reason: v1alpha1.ReasonHealthCheckFailed, Message: "not Current: Deployment b/web: not found"})
 	ms.Status.Targets[0].Health = v1alpha1.HealthHealthy
 	ms.Status.Targets[2].Health = v1alpha1.HealthDegraded
-	d := Describe(ms, 0)
+	d := describe(t, ms, 0)
 	d.Judge(func(tg Target, o Object) (string, string, bool) {
 		switch {
 		case tg.Cluster == "eu" && o.Kind == "Deployment":
@@ -157,5 +158,38 @@ func TestDetailShowsHealth(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("detail lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// describe is Describe, failing t on an error.
+func describe(t *testing.T, ms *v1alpha1.ManifestSync, history int) Detail {
+	t.Helper()
+	d, err := Describe(ms, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// The objects of a gzipped inventory are listed as those of a plain one.
+func TestDescribeGzippedInventory(t *testing.T) {
+	plain := sample()
+	gz := sample()
+	if err := gz.Status.SetInventory(gz.Status.Inventory, 10); err != nil {
+		t.Fatal(err)
+	}
+	if gz.Status.Inventory != nil || len(gz.Status.InventoryGzip) == 0 {
+		t.Fatalf("not gzipped: %+v", gz.Status)
+	}
+	got, want := describe(t, gz, 0), describe(t, plain, 0)
+	if len(want.Targets) == 0 || len(want.Targets[0].Objects) == 0 {
+		t.Fatalf("the sample lists no objects: %+v", want.Targets)
+	}
+	if !reflect.DeepEqual(got.Targets, want.Targets) {
+		t.Errorf("targets from the gzipped inventory:\n%+v\nwant\n%+v", got.Targets, want.Targets)
+	}
+	gz.Status.InventoryGzip = []byte("junk")
+	if _, err := Describe(gz, 0); err == nil || !strings.Contains(err.Error(), "status.inventoryGzip") {
+		t.Errorf("a corrupt inventory: %v", err)
 	}
 }

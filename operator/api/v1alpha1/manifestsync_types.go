@@ -496,6 +496,9 @@ const (
 	// inventory is not, and spec.policy.allowEmpty is false; nothing of
 	// it was pruned.
 	ReasonEmptyOutput = "EmptyOutput"
+	// ReasonInventoryInvalid: status.inventoryGzip cannot be read; nothing
+	// is applied or pruned until it is fixed.
+	ReasonInventoryInvalid = "InventoryInvalid"
 	// ReasonServiceAccountRequired: the operator requires
 	// spec.serviceAccountName and the ManifestSync has none.
 	ReasonServiceAccountRequired = "ServiceAccountRequired"
@@ -559,9 +562,20 @@ type ManifestSyncStatus struct {
 	// Targets has one row per target.
 	// +optional
 	Targets []TargetStatus `json:"targets,omitempty"`
-	// Inventory lists every object applied, for pruning.
+	// Inventory lists every object applied, for pruning. A large one is
+	// written as InventoryGzip instead, and this is empty: read both with
+	// ManifestSync.InventoryEntries.
 	// +optional
 	Inventory []InventoryEntry `json:"inventory,omitempty"`
+	// InventoryGzip is the inventory, gzipped JSON of the array of
+	// entries, when its JSON is larger than the operator's threshold
+	// (256 KiB by default), so that the status of a large fan-out fits in
+	// the API server's request limit.
+	// +optional
+	InventoryGzip []byte `json:"inventoryGzip,omitempty"`
+	// InventoryCount is how many entries InventoryGzip holds.
+	// +optional
+	InventoryCount int `json:"inventoryCount,omitempty"`
 	// History keeps the last 10 evaluated revisions, newest first.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10

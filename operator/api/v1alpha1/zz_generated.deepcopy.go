@@ -361,6 +361,11 @@ func (in *ManifestSyncStatus) DeepCopyInto(out *ManifestSyncStatus) {
 		*out = make([]InventoryEntry, len(*in))
 		copy(*out, *in)
 	}
+	if in.InventoryGzip != nil {
+		in, out := &in.InventoryGzip, &out.InventoryGzip
+		*out = make([]byte, len(*in))
+		copy(*out, *in)
+	}
 	if in.History != nil {
 		in, out := &in.History, &out.History
 		*out = make([]HistoryEntry, len(*in))
