@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	apipath "k8s.io/apimachinery/pkg/api/validation/path"
@@ -21,6 +22,29 @@ import (
 // backed by the cluster's discovery; offline the engine knows the built-in
 // cluster-scoped kinds.
 type Scope func(gvk schema.GroupVersionKind) (namespaced, ok bool)
+
+// rememberScope is scope asked once per kind: an evaluation asks for
+// every object of every target, and the operator's answer comes from
+// discovery (a REST mapping, with its allocations, per call).
+func rememberScope(scope Scope) Scope {
+	type answer struct{ namespaced, ok bool }
+	var (
+		mu    sync.Mutex
+		known = map[schema.GroupVersionKind]answer{}
+	)
+	return func(gvk schema.GroupVersionKind) (bool, bool) {
+		mu.Lock()
+		a, seen := known[gvk]
+		mu.Unlock()
+		if !seen {
+			a.namespaced, a.ok = scope(gvk)
+			mu.Lock()
+			known[gvk] = a
+			mu.Unlock()
+		}
+		return a.namespaced, a.ok
+	}
+}
 
 // withCRDs is scope, knowing also the kinds the CustomResourceDefinitions
 // among objs define: on a cluster that does not serve them yet (they are

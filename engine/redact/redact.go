@@ -37,6 +37,9 @@ type Redactor struct {
 	mu     sync.Mutex
 	values map[string]struct{}
 	repl   *strings.Replacer // built on first use after a change
+	// decoded are the base64 data values whose decoded form is added:
+	// a fan-out adds the same Secret once per target.
+	decoded map[string]struct{}
 }
 
 // New returns a Redactor that knows the given values (each as written,
@@ -119,9 +122,16 @@ func (r *Redactor) AddObject(obj map[string]any) {
 			}
 			r.add(s)
 			if field == "data" {
+				if _, decoded := r.decoded[s]; decoded {
+					continue // the same Secret in another target
+				}
 				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
 					r.add(string(b))
 				}
+				if r.decoded == nil {
+					r.decoded = map[string]struct{}{}
+				}
+				r.decoded[s] = struct{}{}
 			}
 		}
 	}

@@ -1,0 +1,92 @@
+package engine_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Without a transform, every target's copy of an input shares the parts
+// normalize leaves alone (a Secret's data) with the input and the other
+// targets, so that a fan-out holds each body once; what normalize or a
+// patch changes is the target's own, and the inputs stay as they were.
+func TestFanOutSharesWhatNoTargetChanges(t *testing.T) {
+	inputs := func() []map[string]any {
+		sec := secret("platform", "token", "u1", "7", "c2VjcmV0LXZhbHVl")
+		sec["metadata"].(map[string]any)["labels"] = map[string]any{"replicate": "yes"}
+		sec["metadata"].(map[string]any)["annotations"] = map[string]any{
+			"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "platform"}
+		svc := map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"namespace": "platform", "name": "api", "uid": "u2", "resourceVersion": "8"},
+			"spec":     map[string]any{"clusterIP": "10.0.0.7", "ports": []any{map[string]any{"port": int64(80)}}},
+			"status":   map[string]any{"loadBalancer": map[string]any{}},
+		}
+		return []map[string]any{sec, svc}
+	}
+	snap, before := engine.ObjectSetSnapshot(inputs()), engine.ObjectSetSnapshot(inputs())
+	var sec map[string]any
+	for _, o := range snap.Objects {
+		if o["kind"] == "Secret" {
+			sec = o
+		}
+	}
+
+	spec := &v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "Secret", Namespace: "platform"}}},
+		Targets: []v1alpha1.Target{
+			{Name: "a", Namespace: "a"},
+			{Name: "b", Namespace: "b"},
+			{Name: "patched", Namespace: "c", Patches: []v1alpha1.Patch{{Patch: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  labels:\n    replicate: patched\ndata:\n  v: b3RoZXI=\n"}}},
+		},
+	}
+	res, err := engine.Evaluate(context.Background(), engine.Spec{Sync: spec, Snapshots: map[string]*engine.Snapshot{"set": snap}}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	byTarget := map[string]map[string]map[string]any{} // target -> kind -> object
+	for _, tr := range res.Targets {
+		byTarget[tr.Name] = map[string]map[string]any{}
+		for _, o := range tr.Objects {
+			byTarget[tr.Name][o.GetKind()] = o.Object
+			if o.GetNamespace() != tr.Namespace {
+				t.Errorf("target %s: %s in namespace %q", tr.Name, o.GetName(), o.GetNamespace())
+			}
+		}
+	}
+	a, b, c := byTarget["a"]["Secret"], byTarget["b"]["Secret"], byTarget["patched"]["Secret"]
+	if reflect.ValueOf(a["data"]).Pointer() != reflect.ValueOf(b["data"]).Pointer() ||
+		reflect.ValueOf(a["data"]).Pointer() != reflect.ValueOf(sec["data"]).Pointer() {
+		t.Errorf("the unpatched targets' Secret data is copied per target, not shared with the input")
+	}
+	if got := c["data"].(map[string]any)["v"]; got != "b3RoZXI=" {
+		t.Errorf("patched target: data.v %v", got)
+	}
+	if got := a["data"].(map[string]any)["v"]; got != "c2VjcmV0LXZhbHVl" {
+		t.Errorf("the patch of another target shows in target a: data.v %v", got)
+	}
+	if got := a["metadata"].(map[string]any)["labels"].(map[string]any)["replicate"]; got != "yes" {
+		t.Errorf("the patch of another target shows in target a: label %v", got)
+	}
+	if _, ok := a["metadata"].(map[string]any)["annotations"].(map[string]any)["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+		t.Errorf("target a keeps the last-applied annotation")
+	}
+	for name, objs := range byTarget {
+		spec := objs["Service"]["spec"].(map[string]any)
+		if _, ok := spec["clusterIP"]; ok {
+			t.Errorf("target %s: the Service keeps its allocated clusterIP", name)
+		}
+		if _, ok := objs["Service"]["status"]; ok {
+			t.Errorf("target %s: the Service keeps its status", name)
+		}
+	}
+	if !reflect.DeepEqual(snap.Objects, before.Objects) {
+		t.Errorf("the evaluation changed its inputs:\n got %v\nwant %v", snap.Objects, before.Objects)
+	}
+}
