@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -30,7 +31,7 @@ type writeKey struct {
 
 // writeLog is the recent writes of one desired state of an object.
 type writeLog struct {
-	digest string
+	digest uint64      // of the desired state (its digest, hashed)
 	times  []time.Time // oldest first
 }
 
@@ -40,14 +41,31 @@ type writeGuard struct {
 	window time.Duration
 	now    func() time.Time
 
-	mu    sync.Mutex
-	logs  map[writeKey]*writeLog
+	mu sync.Mutex
+	// logs are by writeKey, hashed: every object written within the
+	// window has one (a first sync of 20,000 objects makes 20,000), and
+	// a hash is a tenth of the key's strings.
+	logs  map[uint64]writeLog
+	seed  maphash.Seed
 	swept time.Time
 }
 
 func newWriteGuard(limit int, window time.Duration) *writeGuard {
-	return &writeGuard{limit: limit, window: window, now: time.Now, logs: map[writeKey]*writeLog{}}
+	return &writeGuard{limit: limit, window: window, now: time.Now, logs: map[uint64]writeLog{}, seed: maphash.MakeSeed()}
 }
+
+// hash is k's key in the logs.
+func (g *writeGuard) hash(k writeKey) uint64 {
+	var h maphash.Hash
+	h.SetSeed(g.seed)
+	for _, s := range [...]string{k.writer, k.cluster, k.id.Group, k.id.Kind, k.id.Namespace, k.id.Name} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	return h.Sum64()
+}
+
+func (g *writeGuard) hashDigest(digest string) uint64 { return maphash.String(g.seed, digest) }
 
 // writeWarError is a write refused by the guard.
 type writeWarError struct {
@@ -72,11 +90,11 @@ func (g *writeGuard) allow(k writeKey, digest string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	l := g.logs[k]
-	if l == nil || l.digest != digest {
+	l, ok := g.logs[g.hash(k)]
+	if !ok || l.digest != g.hashDigest(digest) {
 		return nil
 	}
-	g.expire(l, g.now())
+	l.times = g.expire(l.times, g.now())
 	if len(l.times) < g.limit {
 		return nil
 	}
@@ -91,23 +109,23 @@ func (g *writeGuard) wrote(k writeKey, digest string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	l := g.logs[k]
-	if l == nil || l.digest != digest {
-		l = &writeLog{digest: digest}
-		g.logs[k] = l
+	key, d := g.hash(k), g.hashDigest(digest)
+	l, ok := g.logs[key]
+	if !ok || l.digest != d {
+		l = writeLog{digest: d}
 	}
-	g.expire(l, now)
-	l.times = append(l.times, now)
+	l.times = append(g.expire(l.times, now), now)
+	g.logs[key] = l
 	g.sweep(now)
 }
 
 // expire drops the writes older than the window.
-func (g *writeGuard) expire(l *writeLog, now time.Time) {
+func (g *writeGuard) expire(times []time.Time, now time.Time) []time.Time {
 	i := 0
-	for i < len(l.times) && now.Sub(l.times[i]) >= g.window {
+	for i < len(times) && now.Sub(times[i]) >= g.window {
 		i++
 	}
-	l.times = l.times[i:]
+	return times[i:]
 }
 
 // sweep forgets, once per window, the objects not written within it, so
@@ -118,8 +136,10 @@ func (g *writeGuard) sweep(now time.Time) {
 	}
 	g.swept = now
 	for k, l := range g.logs {
-		if g.expire(l, now); len(l.times) == 0 {
+		if l.times = g.expire(l.times, now); len(l.times) == 0 {
 			delete(g.logs, k)
+		} else {
+			g.logs[k] = l
 		}
 	}
 }
