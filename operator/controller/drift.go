@@ -33,6 +33,9 @@ import (
 // owner label and digest annotation, or "" when manager owns no field.
 // The field sets are compared as sets, whatever their encoding.
 func ownedFields(obj metav1.Object, manager string) string {
+	if fields, ok := obj.GetAnnotations()[cachedFieldsKey]; ok && obj.GetManagedFields() == nil {
+		return fields // as the managed cache's transform found them
+	}
 	lines := []string{"owner " + obj.GetLabels()[OwnerLabel] + "\n", "digest " + obj.GetAnnotations()[DigestAnnotation] + "\n"}
 	owns := false
 	for _, e := range obj.GetManagedFields() {
@@ -62,22 +65,29 @@ func ownEntry(e metav1.ManagedFieldsEntry, manager string) bool {
 	return e.Manager == manager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
 }
 
-// keepOwnFields is the transform of the managed objects' cache: of the
-// managed fields it keeps only manager's own entry, which drift is judged
-// by, and drops the others' (most of an object's metadata).
+// cachedFieldsKey is the annotation under which the managed cache keeps
+// an object's ownedFields in place of its managed fields. The API server
+// refuses the key (it has a space), so that only the cache's transform
+// sets it: nobody can write an object that claims a digest.
+const cachedFieldsKey = "manifestsync.dev/owned fields"
+
+// keepOwnFields is the transform of the managed objects' cache: it keeps
+// of the managed fields only their digest (ownedFields), which drift is
+// judged by, and drops the entries themselves (most of an object's
+// metadata: with thousands of copies, a tenth of the operator's memory).
 func keepOwnFields(manager string) toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		obj, err := apimeta.Accessor(in)
 		if err != nil || obj.GetManagedFields() == nil {
 			return in, nil
 		}
-		var kept []metav1.ManagedFieldsEntry
-		for _, e := range obj.GetManagedFields() {
-			if ownEntry(e, manager) {
-				kept = append(kept, e)
-			}
+		annotations := obj.GetAnnotations() // the transform's to change
+		if annotations == nil {
+			annotations = map[string]string{}
 		}
-		obj.SetManagedFields(kept)
+		annotations[cachedFieldsKey] = ownedFields(obj, manager)
+		obj.SetAnnotations(annotations)
+		obj.SetManagedFields(nil)
 		return in, nil
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -278,5 +280,43 @@ func TestOwnedFields(t *testing.T) {
 	}
 	if got := ownedFields(object("p.ms", entry("kubectl", update, "", `{"f:data":{}}`)), FieldManager); got != "" {
 		t.Errorf("digest %q of an object we own no field of", got)
+	}
+}
+
+// The managed cache keeps of each object the digest of our owned fields
+// in place of its managed fields, and drift is judged alike from either.
+// The digest's key is one the API server refuses, so that nobody can
+// write an object that claims one.
+func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
+	apply := metav1.ManagedFieldsOperationApply
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Labels:      map[string]string{OwnerLabel: "p.ms"},
+		Annotations: map[string]string{DigestAnnotation: "sha256:1", "team": "web"},
+		ManagedFields: []metav1.ManagedFieldsEntry{
+			{Manager: FieldManager, Operation: apply, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:a":{}}}`)}},
+			{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:b":{}}}`)}},
+		},
+	}}
+	want := ownedFields(obj, FieldManager)
+	out, err := keepOwnFields(FieldManager)(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := out.(*metav1.PartialObjectMetadata)
+	if cached.ManagedFields != nil {
+		t.Errorf("the cache keeps %d managed fields entries", len(cached.ManagedFields))
+	}
+	if got := ownedFields(cached, FieldManager); got != want || want == "" {
+		t.Errorf("owned fields from the cache %q, from the object %q", got, want)
+	}
+	if cached.Annotations["team"] != "web" {
+		t.Errorf("annotations %v", cached.Annotations)
+	}
+
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	claim := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "claim", Annotations: map[string]string{cachedFieldsKey: want}}}
+	if err := env.Client.Create(context.Background(), claim); !apierrors.IsInvalid(err) {
+		t.Errorf("creating an object with annotation %q: %v, want it refused as invalid", cachedFieldsKey, err)
 	}
 }
