@@ -228,7 +228,8 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
-	if _, err := parseInventory(ms); err != nil {
+	inventory, err := parseInventory(ms)
+	if err != nil {
 		// Nothing is applied or pruned: the inventory guards both.
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
 	}
@@ -257,7 +258,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	}
 
 	outcomes := r.syncTargets(ctx, ms, res, st)
-	pr := r.prune(ctx, ms, outcomes)
+	pr := r.prune(ctx, ms, outcomes, inventory)
 	redactOutcomes(res.Redactor, outcomes, &pr)
 	for _, o := range outcomes {
 		if o.record != nil {
@@ -396,14 +397,17 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 	for name, snap := range snaps {
 		key.revisions[name] = snap.Revision
 	}
-	if st.eval != nil && st.eval.key.equal(key) {
+	if st.eval != nil && st.eval.result != nil && st.eval.key.equal(key) {
 		return st.eval.result, nil // unchanged inputs: nothing to evaluate
+	}
+	if st.eval != nil {
+		st.eval.result = nil
 	}
 	start := time.Now()
 	res, err := r.Options.evaluatorFor(&ms.Spec).Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
 	evalDuration.WithLabelValues(ms.Namespace, ms.Name).Observe(time.Since(start).Seconds())
 	if err == nil && res.Err() == nil {
-		st.eval = &lastEval{key: key, result: res}
+		st.eval = &lastEval{key: key, result: res, redactor: res.Redactor}
 	}
 	return res, err
 }

@@ -130,10 +130,14 @@ func (s *states) forget(key types.NamespacedName) {
 	delete(s.m, key)
 }
 
-// lastEval is an evaluation and what it was computed from.
+// lastEval is an evaluation and what it was computed from. Its result
+// is let go (nil) when inputs change, before the next evaluation, so that
+// two evaluations of a large fan-out are never held at once; its Secrets
+// stay known to the redactor.
 type lastEval struct {
-	key    evalKey
-	result *engine.Result
+	key      evalKey
+	result   *engine.Result
+	redactor *redact.Redactor
 }
 
 // evalKey is everything an evaluation depends on: the spec (by
@@ -169,7 +173,7 @@ func (st *syncState) redactor(res *engine.Result) *redact.Redactor {
 	case res != nil:
 		return res.Redactor
 	case st.eval != nil:
-		return st.eval.result.Redactor
+		return st.eval.redactor
 	}
 	snaps := make(map[string]*engine.Snapshot, len(st.sources))
 	for ref, s := range st.sources {
