@@ -85,9 +85,21 @@ func parseInventory(ms *v1alpha1.ManifestSync) ([]inventoryItem, error) {
 // inventoryEntries is the status form of items, in a stable order and
 // without duplicates.
 func inventoryEntries(items []inventoryItem) []v1alpha1.InventoryEntry {
-	slices.SortFunc(items, func(a, b inventoryItem) int {
-		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.id.InventoryID(), b.id.InventoryID()))
+	// Each item's id is spelled once, not once per comparison.
+	type keyed struct {
+		id string
+		it inventoryItem
+	}
+	sorted := make([]keyed, len(items))
+	for i, it := range items {
+		sorted[i] = keyed{it.id.InventoryID(), it}
+	}
+	slices.SortFunc(sorted, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.it.target, b.it.target), cmp.Compare(a.it.cluster, b.it.cluster), cmp.Compare(a.id, b.id))
 	})
+	for i := range sorted {
+		items[i] = sorted[i].it
+	}
 	items = slices.CompactFunc(items, func(a, b inventoryItem) bool {
 		return a.target == b.target && a.cluster == b.cluster && a.id == b.id
 	})

@@ -23,16 +23,13 @@ type pruneResult struct {
 	inventory []inventoryItem
 	pruned    []v1alpha1.ObjectID
 	err       error
-	// unread is set when the last inventory could not be read: it stays
-	// in status as it is.
-	unread bool
 }
 
-// prune deletes the objects of the last inventory that no target wants
-// any more. A target's old objects are pruned only when all of its own
+// prune deletes the objects of the last inventory (as the sync read it
+// before applying) that no target wants any more. A target's old objects are pruned only when all of its own
 // objects were applied: a failed or conflicting target keeps its previous
 // inventory, so that nothing is lost while it is broken.
-func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome) pruneResult {
+func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, inventory []inventoryItem) pruneResult {
 	var res pruneResult
 	desired := map[clusterObject]bool{}
 	done := map[string]bool{}    // targets that synced completely
@@ -66,10 +63,6 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			clusters.fail(it.cluster, err)
 		}
 		return err
-	}
-	inventory, err := parseInventory(ms)
-	if err != nil {
-		return pruneResult{err: fmt.Errorf("nothing was pruned: %w", err), unread: true}
 	}
 	for _, it := range inventory {
 		if present[it.target] && !done[it.target] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -330,6 +331,9 @@ func (e *emptyOutputError) Error() string {
 // not delete everything.
 func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) map[string]*emptyOutputError {
 	if ms.Spec.Policy.AllowEmpty {
+		return nil
+	}
+	if !slices.ContainsFunc(res.Targets, func(t *engine.TargetResult) bool { return len(t.Objects) == 0 }) {
 		return nil
 	}
 	inventory := map[string]int{}
