@@ -178,6 +178,9 @@ func TestChartOptions(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		objs := renderChart(t, "manifestsync", "manifestsync-system")
 		checkWiring(t, objs)
+		if args := containerArgs(t, find(t, objs, "Deployment", "manifestsync")); slices.Contains(args, "--allow-kubeconfig-exec") {
+			t.Errorf("the operator runs kubeconfigs' exec plugins by default: %v", args)
+		}
 		for _, o := range objs {
 			if o.GroupVersionKind().Group == "monitoring.coreos.com" || o.GetName() == "manifestsync-webhook" {
 				t.Errorf("%s is rendered though its option is off", key(o))
@@ -190,7 +193,7 @@ func TestChartOptions(t *testing.T) {
 		checkWiring(t, objs)
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
 		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--require-service-account",
-			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8"} {
+			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the operator's args %v lack %s", args, want)
 			}
