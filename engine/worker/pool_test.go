@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -92,6 +93,18 @@ func inlineSpec(script string) engine.Spec {
 	}
 }
 
+// remoteSelectorSpec has a namespaceSelector target in this cluster and
+// one in the remote cluster of Secret dr.
+func remoteSelectorSpec() engine.Spec {
+	spec := inlineSpec(goodScript)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}
+	spec.Sync.Targets = []v1alpha1.Target{
+		{Name: "local", NamespaceSelector: sel},
+		{Name: "dr", NamespaceSelector: sel, Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "dr"}}},
+	}
+	return spec
+}
+
 // collidingSpec has two targets writing one ConfigMap and a third that
 // does not.
 func collidingSpec() engine.Spec {
@@ -143,6 +156,16 @@ func TestPoolMatchesInProcess(t *testing.T) {
 		"limit":        {inlineSpec("def main(ctx):\n    for i in range(1 << 30):\n        pass\n"), engine.Options{Limits: limits(1000)}},
 		"collision":    {collidingSpec(), engine.Options{}},
 		"secret":       {inlineSpec(secretScript), engine.Options{}},
+		// A remote target's selector matches its own cluster's
+		// namespaces, which the worker must be given too.
+		"remote selector": {remoteSelectorSpec(), engine.Options{
+			Namespaces:        []engine.Namespace{{Name: "here", Labels: map[string]string{"team": "x"}}},
+			ClusterNamespaces: map[string][]engine.Namespace{"dr/value": {{Name: "there-a", Labels: map[string]string{"team": "x"}}, {Name: "there-b", Labels: map[string]string{"team": "x"}}}},
+		}},
+		"remote cluster without namespaces": {remoteSelectorSpec(), engine.Options{
+			Namespaces:        []engine.Namespace{{Name: "here", Labels: map[string]string{"team": "x"}}},
+			ClusterNamespaces: map[string][]engine.Namespace{"dr/value": {}},
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, wantErr := engine.Evaluate(ctx, c.spec, c.opts)

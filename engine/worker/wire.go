@@ -64,7 +64,10 @@ type evalRequest struct {
 	Targets   []string                   `json:"targets,omitempty"`
 	// Namespaces is nil offline: keep nil and empty apart.
 	Namespaces *[]engine.Namespace `json:"namespaces,omitempty"`
-	Workers    int                 `json:"workers,omitempty"`
+	// ClusterNamespaces are the remote clusters', nil when not given;
+	// JSON keeps a cluster's empty list apart from its missing one.
+	ClusterNamespaces *map[string][]engine.Namespace `json:"clusterNamespaces,omitempty"`
+	Workers           int                            `json:"workers,omitempty"`
 	// AskScope says the parent has a Scope to ask; else BuiltinScope.
 	AskScope bool `json:"askScope,omitempty"`
 }
@@ -133,6 +136,9 @@ func toWireRequest(spec engine.Spec, opts engine.Options) *evalRequest {
 	if opts.Namespaces != nil {
 		req.Namespaces = &opts.Namespaces
 	}
+	if opts.ClusterNamespaces != nil {
+		req.ClusterNamespaces = &opts.ClusterNamespaces
+	}
 	for name, s := range spec.Snapshots {
 		if s != nil {
 			req.Snapshots[name] = toWireSnapshot(s)
@@ -187,6 +193,12 @@ func fromWireRequest(req *evalRequest, scope engine.Scope) (engine.Spec, engine.
 		opts.Namespaces = *req.Namespaces
 		if opts.Namespaces == nil {
 			opts.Namespaces = []engine.Namespace{}
+		}
+	}
+	if req.ClusterNamespaces != nil {
+		opts.ClusterNamespaces = *req.ClusterNamespaces
+		if opts.ClusterNamespaces == nil {
+			opts.ClusterNamespaces = map[string][]engine.Namespace{}
 		}
 	}
 	if req.AskScope {
