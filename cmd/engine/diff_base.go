@@ -158,7 +158,7 @@ type renderer struct {
 	pool       *worker.Pool
 	opts       engine.Options
 	sources    map[string]string // --source, by name
-	namespaces []engine.Namespace
+	namespaces givenNamespaces
 	overridden map[string]bool // --source names some ManifestSync has
 }
 
@@ -210,10 +210,11 @@ func (r *renderer) evaluate(ctx context.Context, s side, sf *engine.SyncFile) (*
 		return nil, fmt.Errorf("%s: %w", sf.Name, err)
 	}
 	opts := r.opts
-	opts.Namespaces = r.namespaces
+	opts.Namespaces = r.namespaces.local
 	if opts.Namespaces == nil {
 		opts.Namespaces = offlineNamespaces(&sf.Sync.Spec)
 	}
+	opts.ClusterNamespaces = r.namespaces.options(&sf.Sync.Spec, opts.Namespaces)
 	res, err := r.pool.Evaluate(ctx, engine.Spec{Sync: &sf.Sync.Spec, Snapshots: snaps}, opts)
 	if err, ok := killed(sf.Name, err); ok {
 		return nil, err

@@ -69,8 +69,10 @@ A target with a namespaceSelector is evaluated once per namespace it
 matches among those given with --namespaces FILE (what kubectl get
 namespaces -o yaml or -o json prints, or Namespace documents; - reads
 stdin) and --namespace NAME[,KEY=VALUE...] (repeatable); without either
-flag such a target is an error. A selector that matches none is said on
-stderr.
+flag such a target is an error. A target of a remote cluster matches
+that cluster's namespaces, given with --cluster-namespaces SECRET[/KEY]=FILE
+(its kubeconfig Secret; KEY defaults to value). A selector that matches
+none is said on stderr.
 
 -o json gives, beside each target's objects, its waves: the order the
 operator applies them in, by the manifestsync.dev/wave annotation
@@ -175,7 +177,7 @@ type evalRun struct {
 
 // evalOnce reads the sync file and the sources, evaluates them in pool
 // and writes the result to stdout. Its errors show the lines they name.
-func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namespace, stdout, stderr io.Writer, f *evalFlags) (*evalRun, error) {
+func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces, stdout, stderr io.Writer, f *evalFlags) (*evalRun, error) {
 	run := &evalRun{}
 	data, err := os.ReadFile(f.file)
 	if err != nil {
@@ -195,8 +197,11 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namesp
 		}
 	}
 	selectors := selectorTargets(spec, f.targets)
-	if namespaces == nil && len(selectors) > 0 {
-		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, selectors[0], namespacesUsage))
+	if local := localSelectorTargets(spec, f.targets); namespaces.local == nil && len(local) > 0 {
+		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector, which needs the cluster's namespaces: give them with %s", f.file, local[0], namespacesUsage))
+	}
+	if target, flag := namespaces.missingCluster(spec, f.targets); target != "" {
+		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector in a remote cluster, which needs that cluster's namespaces: give them with %s", f.file, target, flag))
 	}
 	snaps, err := resolveSources(ctx, sf, f.sources)
 	if err != nil {
@@ -207,9 +212,10 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namesp
 		fmt.Fprintf(stderr, "%s: eval: %s\n", programName, line)
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
-		Limits:     f.limits,
-		Targets:    f.targets,
-		Namespaces: namespaces,
+		Limits:            f.limits,
+		Targets:           f.targets,
+		Namespaces:        namespaces.local,
+		ClusterNamespaces: namespaces.options(spec, nil),
 	})
 	if err, ok := killed(f.file, err); ok {
 		return run, err
@@ -222,7 +228,7 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces []engine.Namesp
 		return run, withTree(failed(err), newTree(f.file, data, snaps, nil))
 	}
 	for _, name := range unmatchedSelectors(selectors, res) {
-		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces))
+		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces.local))
 	}
 	placePatchErrors(sf, res)
 	if err := writeResult(stdout, res, f); err != nil {

@@ -18,10 +18,54 @@ import (
 )
 
 // namespaceFlags give the cluster's namespaces offline, for the targets
-// with a namespaceSelector: --namespaces FILE and --namespace NAME[,K=V...].
+// with a namespaceSelector: --namespaces FILE and --namespace NAME[,K=V...];
+// and a remote cluster's, for its targets: --cluster-namespaces
+// SECRET[/KEY]=FILE.
 type namespaceFlags struct {
-	files []string
-	items []string
+	files    []string
+	items    []string
+	clusters []string
+}
+
+// givenNamespaces are the namespaces the flags give: this cluster's (nil
+// when no flag gives them) and each remote cluster's, by engine.ClusterID.
+type givenNamespaces struct {
+	local    []engine.Namespace
+	clusters map[string][]engine.Namespace
+}
+
+// options are the namespaces to evaluate spec with: the remote clusters'
+// of its namespaceSelector targets are those given, else fallback's (none
+// when fallback is nil: such a target is an error).
+func (g givenNamespaces) options(spec *v1alpha1.ManifestSyncSpec, fallback []engine.Namespace) map[string][]engine.Namespace {
+	out := map[string][]engine.Namespace{}
+	for _, t := range spec.Targets {
+		if t.Cluster == nil || t.NamespaceSelector == nil {
+			continue
+		}
+		id := engine.ClusterID(t.Cluster)
+		if nss, ok := g.clusters[id]; ok {
+			out[id] = nss
+		} else if fallback != nil {
+			out[id] = fallback
+		}
+	}
+	return out
+}
+
+// missingCluster names the first namespaceSelector target of spec (of
+// only, when given) whose remote cluster's namespaces g lacks, and the
+// flag that gives them.
+func (g givenNamespaces) missingCluster(spec *v1alpha1.ManifestSyncSpec, only []string) (target, flag string) {
+	for _, t := range spec.Targets {
+		if t.Cluster == nil || t.NamespaceSelector == nil || (len(only) > 0 && !slices.Contains(only, t.Name)) {
+			continue
+		}
+		if _, ok := g.clusters[engine.ClusterID(t.Cluster)]; !ok {
+			return t.Name, "--cluster-namespaces " + engine.ClusterID(t.Cluster) + "=FILE"
+		}
+	}
+	return "", ""
 }
 
 const namespacesUsage = "--namespaces FILE (what kubectl get namespaces -o yaml prints) or --namespace NAME[,KEY=VALUE...]"
@@ -29,6 +73,7 @@ const namespacesUsage = "--namespaces FILE (what kubectl get namespaces -o yaml 
 func addNamespaceFlags(fl *pflag.FlagSet, f *namespaceFlags) {
 	fl.StringArrayVar(&f.files, "namespaces", nil, "FILE: the cluster's namespaces for namespaceSelector targets, as kubectl get namespaces -o yaml (or -o json) prints them, or Namespace documents; - reads stdin (repeatable)")
 	fl.StringArrayVar(&f.items, "namespace", nil, "NAME[,KEY=VALUE...]: a namespace of the cluster and its labels, for namespaceSelector targets (repeatable)")
+	fl.StringArrayVar(&f.clusters, "cluster-namespaces", nil, "SECRET[/KEY]=FILE: the namespaces of the remote cluster whose kubeconfig is key KEY (default value) of Secret SECRET, for its namespaceSelector targets, as --namespaces reads them (repeatable)")
 }
 
 // given reports whether any namespace was given, even an empty file.
@@ -38,7 +83,72 @@ func (f *namespaceFlags) given() bool { return len(f.files) > 0 || len(f.items) 
 // that namespaceSelector targets stay errors; an empty list is a cluster
 // with no namespaces. A namespace named twice is an error, wherever the two
 // are. Errors are usage errors naming the file and line or the flag value.
-func (f *namespaceFlags) load(stdin io.Reader) ([]engine.Namespace, error) {
+func (f *namespaceFlags) load(stdin io.Reader) (givenNamespaces, error) {
+	stdinRead := false
+	read := func(flag, name string) ([]placedNamespace, error) {
+		var (
+			data []byte
+			err  error
+		)
+		display := name
+		if name == "-" {
+			if stdinRead {
+				return nil, usageErr("%s -: stdin is given twice", flag)
+			}
+			stdinRead = true
+			display = "<stdin>"
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return nil, usageErr("%s %s: %w", flag, name, err)
+		}
+		found, err := parseNamespaces(display, data)
+		if err != nil {
+			return nil, usageErr("%s %w", flag, err)
+		}
+		return found, nil
+	}
+	var (
+		g   givenNamespaces
+		err error
+	)
+	if g.local, err = f.loadLocal(read); err != nil {
+		return g, err
+	}
+	for _, c := range f.clusters {
+		id, file, ok := strings.Cut(c, "=")
+		if !ok || id == "" || file == "" {
+			return g, usageErr("--cluster-namespaces %s: want SECRET[/KEY]=FILE", c)
+		}
+		if !strings.Contains(id, "/") {
+			id += "/value"
+		}
+		if _, dup := g.clusters[id]; dup {
+			return g, usageErr("--cluster-namespaces %s: cluster %s is given twice", c, id)
+		}
+		found, err := read("--cluster-namespaces", file)
+		if err != nil {
+			return g, err
+		}
+		nss := []engine.Namespace{}
+		for _, ns := range found {
+			if slices.ContainsFunc(nss, func(n engine.Namespace) bool { return n.Name == ns.Name }) {
+				return g, usageErr("%s: namespace %q is given twice", ns.at, ns.Name)
+			}
+			nss = append(nss, ns.Namespace)
+		}
+		if g.clusters == nil {
+			g.clusters = map[string][]engine.Namespace{}
+		}
+		g.clusters[id] = nss
+	}
+	return g, nil
+}
+
+// loadLocal reads the namespaces of this cluster that the flags give.
+func (f *namespaceFlags) loadLocal(read func(flag, name string) ([]placedNamespace, error)) ([]engine.Namespace, error) {
 	if !f.given() {
 		return nil, nil
 	}
@@ -52,29 +162,10 @@ func (f *namespaceFlags) load(stdin io.Reader) ([]engine.Namespace, error) {
 		out = append(out, ns)
 		return nil
 	}
-	stdinRead := false
 	for _, name := range f.files {
-		var (
-			data []byte
-			err  error
-		)
-		display := name
-		if name == "-" {
-			if stdinRead {
-				return nil, usageErr("--namespaces -: stdin is given twice")
-			}
-			stdinRead = true
-			display = "<stdin>"
-			data, err = io.ReadAll(stdin)
-		} else {
-			data, err = os.ReadFile(name)
-		}
+		found, err := read("--namespaces", name)
 		if err != nil {
-			return nil, usageErr("--namespaces %s: %w", name, err)
-		}
-		found, err := parseNamespaces(display, data)
-		if err != nil {
-			return nil, usageErr("--namespaces %w", err)
+			return nil, err
 		}
 		for _, ns := range found {
 			if err := add(ns.at, ns.Namespace); err != nil {
@@ -264,6 +355,14 @@ func checkLabel(k, v string) error {
 
 // selectorTargets names the targets with a namespaceSelector among those
 // evaluated (all when only is empty).
+// localSelectorTargets are those of selectorTargets that write to this
+// cluster.
+func localSelectorTargets(spec *v1alpha1.ManifestSyncSpec, only []string) []string {
+	return slices.DeleteFunc(selectorTargets(spec, only), func(name string) bool {
+		return slices.ContainsFunc(spec.Targets, func(t v1alpha1.Target) bool { return t.Name == name && t.Cluster != nil })
+	})
+}
+
 func selectorTargets(spec *v1alpha1.ManifestSyncSpec, only []string) []string {
 	var out []string
 	for _, t := range spec.Targets {

@@ -64,11 +64,12 @@ func TestParseNamespaces(t *testing.T) {
 // cluster with no namespaces, where every selector matches none.
 func TestNamespaceFlagsEmptyIsNotNone(t *testing.T) {
 	var none namespaceFlags
-	if got, err := none.load(strings.NewReader("")); err != nil || got != nil {
+	if got, err := none.load(strings.NewReader("")); err != nil || got.local != nil {
 		t.Fatalf("no flag: got %v, %v; want nil", got, err)
 	}
 	f := namespaceFlags{files: []string{"-"}}
-	got, err := f.load(strings.NewReader(""))
+	given, err := f.load(strings.NewReader(""))
+	got := given.local
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty stdin: got %#v, %v; want an empty list", got, err)
 	}

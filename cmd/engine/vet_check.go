@@ -211,7 +211,7 @@ type vetter struct {
 	// namespaces are the cluster's, for namespaceSelector targets; nil
 	// when none were given, and each such target is evaluated in a
 	// namespace made up to match its selector.
-	namespaces []engine.Namespace
+	namespaces givenNamespaces
 	stderr     io.Writer // for notes that are not findings
 	rep        *vetReport
 	// overridden are the source names of --source that some checked
@@ -295,13 +295,14 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return fail(err)
 	}
 	files = newTree(d.file, d.data, snaps, nil)
-	namespaces := v.namespaces
+	namespaces := v.namespaces.local
 	if namespaces == nil {
 		namespaces = offlineNamespaces(&ms.Spec)
 	}
 	res, err := v.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
-		Limits:     v.limits,
-		Namespaces: namespaces,
+		Limits:            v.limits,
+		Namespaces:        namespaces,
+		ClusterNamespaces: v.namespaces.options(&ms.Spec, namespaces),
 	})
 	if err, ok := killed("ManifestSync "+s.displayName(), err); ok {
 		return fail(err)

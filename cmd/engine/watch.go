@@ -18,7 +18,6 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"golang.org/x/term"
 
-	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
 )
@@ -37,7 +36,7 @@ const clearScreen = "\x1b[H\x1b[2J\x1b[3J"
 // On a terminal each render replaces the screen; otherwise renders are
 // separated by "--- render N ---" lines. A render that fails shows its
 // error and keeps the last good output.
-func watchEval(ctx context.Context, pool *worker.Pool, namespaces []engine.Namespace, stdout, stderr io.Writer, f *evalFlags) error {
+func watchEval(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces, stdout, stderr io.Writer, f *evalFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fw, err := fsnotify.NewWatcher()
