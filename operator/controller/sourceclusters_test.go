@@ -432,7 +432,8 @@ func setRemoteLabels(t testing.TB, ns string, labels map[string]string) {
 // namespaces, not this cluster's: a namespace labelled there is synced
 // (the remote namespaces are watched), one unlabelled is pruned. The
 // remote cluster down, its target fails in the namespaces it had, and
-// the local target goes on.
+// the local target goes on. The transform runs in an evaluation worker,
+// as under engine operator: the remote namespaces cross to it.
 func TestRemoteTargetNamespaceSelector(t *testing.T) {
 	env.Need(t)
 	home, local := env.Namespace(t, nil), env.Namespace(t, nil)
@@ -446,7 +447,7 @@ func TestRemoteTargetNamespaceSelector(t *testing.T) {
 	ms := newSync(home, "fan-out", v1alpha1.ManifestSyncSpec{
 		Sources:   []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
 		Transform: inline(remoteTransform),
-		Params:    params(`{"env": "dr"}`),
+		Params:    params(`{"env": "dr", "evalWorker": true}`),
 		Targets: []v1alpha1.Target{
 			{Name: "dr", NamespaceSelector: &metav1.LabelSelector{MatchLabels: dr},
 				Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "remote"}}},
