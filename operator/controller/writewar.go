@@ -44,7 +44,8 @@ type writeGuard struct {
 	mu sync.Mutex
 	// logs are by writeKey, hashed: every object written within the
 	// window has one (a first sync of 20,000 objects makes 20,000), and
-	// a hash is a tenth of the key's strings.
+	// a hash is a tenth of the key's strings. Two keys of one hash (a
+	// chance of 2^-64 per pair) would only count each other's writes.
 	logs  map[uint64]writeLog
 	seed  maphash.Seed
 	swept time.Time
