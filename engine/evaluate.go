@@ -585,7 +585,8 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			objs = append(objs, &unstructured.Unstructured{Object: m})
 		}
 	default:
-		// The inputs themselves, whose Secrets the redactor knows already.
+		// The inputs themselves, whose Secrets the redactor learnt when
+		// they were read.
 		patched := len(e.patches[t.spec.Name]) > 0
 		for _, in := range e.objects {
 			if patched {
@@ -595,7 +596,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			}
 		}
 	}
-	if e.module != nil || e.cueTransform != nil {
+	if e.module != nil || e.cueTransform != nil { // objects the transform made
 		e.learnSecrets(objs)
 	}
 	for i, p := range e.patches[t.spec.Name] {

@@ -132,19 +132,45 @@ func (f *namespaceFlags) load(stdin io.Reader) (givenNamespaces, error) {
 		if err != nil {
 			return g, err
 		}
-		nss := []engine.Namespace{}
+		var list namespaceList
 		for _, ns := range found {
-			if slices.ContainsFunc(nss, func(n engine.Namespace) bool { return n.Name == ns.Name }) {
-				return g, usageErr("%s: namespace %q is given twice", ns.at, ns.Name)
+			if err := list.add(ns.at, ns.Namespace); err != nil {
+				return g, err
 			}
-			nss = append(nss, ns.Namespace)
 		}
 		if g.clusters == nil {
 			g.clusters = map[string][]engine.Namespace{}
 		}
-		g.clusters[id] = nss
+		g.clusters[id] = list.items()
 	}
 	return g, nil
+}
+
+// namespaceList is one cluster's namespaces as the flags give them, each
+// once.
+type namespaceList struct {
+	out   []engine.Namespace
+	where map[string]string // namespace name: where it was given
+}
+
+func (l *namespaceList) add(at string, ns engine.Namespace) error {
+	if first, ok := l.where[ns.Name]; ok {
+		return usageErr("%s: namespace %q is given twice (first at %s)", at, ns.Name, first)
+	}
+	if l.where == nil {
+		l.where = map[string]string{}
+	}
+	l.where[ns.Name] = at
+	l.out = append(l.out, ns)
+	return nil
+}
+
+// items are the namespaces added: an empty list, not nil, when none was.
+func (l *namespaceList) items() []engine.Namespace {
+	if l.out == nil {
+		return []engine.Namespace{}
+	}
+	return l.out
 }
 
 // loadLocal reads the namespaces of this cluster that the flags give.
@@ -152,23 +178,14 @@ func (f *namespaceFlags) loadLocal(read func(flag, name string) ([]placedNamespa
 	if !f.given() {
 		return nil, nil
 	}
-	out := []engine.Namespace{}
-	where := map[string]string{} // namespace name: where it was given
-	add := func(at string, ns engine.Namespace) error {
-		if first, ok := where[ns.Name]; ok {
-			return usageErr("%s: namespace %q is given twice (first at %s)", at, ns.Name, first)
-		}
-		where[ns.Name] = at
-		out = append(out, ns)
-		return nil
-	}
+	var list namespaceList
 	for _, name := range f.files {
 		found, err := read("--namespaces", name)
 		if err != nil {
 			return nil, err
 		}
 		for _, ns := range found {
-			if err := add(ns.at, ns.Namespace); err != nil {
+			if err := list.add(ns.at, ns.Namespace); err != nil {
 				return nil, err
 			}
 		}
@@ -178,11 +195,11 @@ func (f *namespaceFlags) loadLocal(read func(flag, name string) ([]placedNamespa
 		if err != nil {
 			return nil, usageErr("--namespace %s: %w", item, err)
 		}
-		if err := add("--namespace "+item, ns); err != nil {
+		if err := list.add("--namespace "+item, ns); err != nil {
 			return nil, err
 		}
 	}
-	return out, nil
+	return list.items(), nil
 }
 
 // parseNamespaceFlag reads NAME[,KEY=VALUE...].
