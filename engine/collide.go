@@ -57,27 +57,43 @@ func clusterKey(t *v1alpha1.Target) string {
 // alone: one bad pair of targets must not block the rest. Targets that
 // failed already are not looked at. clusters[i] is targets[i]'s cluster key.
 func refuseCollisions(targets []*TargetResult, clusters []string) {
-	type owner struct {
-		target int
-		object string
+	type key struct {
+		cluster string
+		id      v1alpha1.ObjectID
 	}
-	owners := map[string]owner{}
+	type owner struct{ target, object int }
+	owners := map[key]owner{}
 	found := map[int][]Collision{}
+	// describe names object j of target i; only a collision asks, so that
+	// a fan-out's objects are not named thousands of times for nothing.
+	describeObject := func(i, j int) string {
+		objs, err := targets[i].Manifests()
+		if err != nil || j >= len(objs) {
+			return fmt.Sprintf("object [%d] of target %q", j, targets[i].ID())
+		}
+		return describe(objs[j])
+	}
 	for i, t := range targets {
 		if t == nil || t.Err != nil {
 			continue
 		}
-		for _, o := range t.Objects {
-			key := clusters[i] + "\x00" + v1alpha1.IDOf(o).InventoryID()
-			first, seen := owners[key]
+		objs, err := t.Manifests()
+		if err != nil {
+			t.Err = err
+			t.Objects, t.Digests, t.Digest, t.copies = nil, nil, "", nil
+			continue
+		}
+		for j, o := range objs {
+			k := key{clusters[i], v1alpha1.IDOf(o)}
+			first, seen := owners[k]
 			if !seen {
-				owners[key] = owner{target: i, object: describe(o)}
+				owners[k] = owner{target: i, object: j}
 				continue
 			}
 			if first.target == i {
 				continue // one target's duplicates fail in evaluateTarget
 			}
-			found[first.target] = append(found[first.target], Collision{Object: first.object, Other: t.ID()})
+			found[first.target] = append(found[first.target], Collision{Object: describeObject(first.target, first.object), Other: t.ID()})
 			found[i] = append(found[i], Collision{Object: describe(o), Other: targets[first.target].ID()})
 		}
 	}
@@ -85,6 +101,6 @@ func refuseCollisions(targets []*TargetResult, clusters []string) {
 		t := targets[i]
 		t.Collisions = cs
 		t.Err = fmt.Errorf("target %q: %w", t.ID(), &CollisionError{Collisions: cs})
-		t.Objects, t.Digests, t.Digest = nil, nil, ""
+		t.Objects, t.Digests, t.Digest, t.copies = nil, nil, "", nil
 	}
 }

@@ -45,6 +45,12 @@ type Options struct {
 	ClusterNamespaces map[string][]Namespace
 	// Workers is how many targets are evaluated at once; default GOMAXPROCS.
 	Workers int
+	// Compact keeps no objects of the targets that are the inputs
+	// themselves (no transform, patch or schema): their Objects are nil
+	// and Manifests makes them again when asked. A fan-out of 20 inputs to
+	// 1,000 namespaces then holds 20 objects, not 20,000, for as long as
+	// the result is kept (the operator keeps it between syncs).
+	Compact bool
 }
 
 // Namespace is a namespace of the target cluster and its labels.
@@ -101,6 +107,72 @@ type TargetResult struct {
 	// are any, Err is a *CollisionError holding them and the target has
 	// no objects.
 	Collisions []Collision
+	// copies, when set, makes the objects the evaluation did not keep
+	// (Options.Compact).
+	copies *inputCopies
+}
+
+// Manifests are the target's objects: Objects, or, for a target whose
+// objects the evaluation did not keep (Options.Compact), the same objects
+// made again from the inputs. The objects made again are the caller's.
+func (t *TargetResult) Manifests() ([]*unstructured.Unstructured, error) {
+	if t.copies == nil {
+		return t.Objects, nil
+	}
+	objs, err := t.copies.make()
+	if err != nil {
+		return nil, fmt.Errorf("target %q: %w", t.ID(), err)
+	}
+	if len(objs) != len(t.Digests) {
+		return nil, fmt.Errorf("target %q: made %d objects again, evaluated %d", t.ID(), len(objs), len(t.Digests))
+	}
+	return objs, nil
+}
+
+// WithManifests is t with its objects (Manifests): t itself when the
+// evaluation kept them, else a copy of t that holds them.
+func (t *TargetResult) WithManifests() (*TargetResult, error) {
+	if t.copies == nil {
+		return t, nil
+	}
+	objs, err := t.Manifests()
+	if err != nil {
+		return nil, err
+	}
+	full := *t
+	full.Objects, full.copies = objs, nil
+	return &full, nil
+}
+
+// Len is how many objects the target has, whether kept or not.
+func (t *TargetResult) Len() int {
+	if t.copies == nil {
+		return len(t.Objects)
+	}
+	return len(t.Digests)
+}
+
+// inputCopies are the objects of a target made of the inputs themselves:
+// what evaluateTarget makes of them, made again.
+type inputCopies struct {
+	inputs    []Input
+	namespace string
+	scope     Scope
+}
+
+func (c *inputCopies) make() ([]*unstructured.Unstructured, error) {
+	objs := make([]*unstructured.Unstructured, len(c.inputs))
+	for i, in := range c.inputs {
+		objs[i] = &unstructured.Unstructured{Object: targetCopy(in.Object)}
+	}
+	scope := withCRDs(c.scope, objs)
+	for i, o := range objs {
+		if err := normalize(o, c.namespace, scope); err != nil {
+			return nil, fmt.Errorf("object [%d]: %w", i, err)
+		}
+	}
+	sortObjects(objs)
+	return objs, nil
 }
 
 // ID names the target in messages and file names: its name, or name/namespace
@@ -566,6 +638,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		return res
 	}
 	var objs []*unstructured.Unstructured
+	patched := len(e.patches[t.spec.Name]) > 0
 	switch {
 	case e.module != nil:
 		raw, err := e.runTransform(ctx, t)
@@ -587,7 +660,6 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	default:
 		// The inputs themselves, whose Secrets the redactor learnt when
 		// they were read.
-		patched := len(e.patches[t.spec.Name]) > 0
 		for _, in := range e.objects {
 			if patched {
 				objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
@@ -655,6 +727,9 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	var err error
 	if res.Digest, err = c.digest(res.Digests); err != nil {
 		return fail(err)
+	}
+	if e.opts.Compact && e.module == nil && e.cueTransform == nil && !patched && len(e.schemas) == 0 {
+		res.Objects, res.copies = nil, &inputCopies{inputs: e.objects, namespace: t.namespace, scope: e.opts.Scope}
 	}
 	return res
 }

@@ -90,3 +90,89 @@ func TestFanOutSharesWhatNoTargetChanges(t *testing.T) {
 		t.Errorf("the evaluation changed its inputs:\n got %v\nwant %v", snap.Objects, before.Objects)
 	}
 }
+
+// Options.Compact keeps no objects of the targets made of the inputs
+// themselves, and Manifests makes exactly the objects an evaluation
+// without it keeps; a patched target keeps its own; a collision between
+// two such targets is found all the same.
+func TestCompactMakesTheSameObjectsAgain(t *testing.T) {
+	snap := engine.ObjectSetSnapshot([]map[string]any{
+		secret("platform", "token", "u1", "7", "c2VjcmV0LXZhbHVl"),
+		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "platform", "name": "cfg", "uid": "u2", "resourceVersion": "8"}, "data": map[string]any{"k": "v"}},
+		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "extra", "uid": "u3", "resourceVersion": "9"}},
+	})
+	spec := &v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "Secret", Namespace: "platform"}}},
+		Targets: []v1alpha1.Target{
+			{Name: "a", Namespace: "a"},
+			{Name: "b", Namespace: "b"},
+			{Name: "patched", Namespace: "c", Patches: []v1alpha1.Patch{{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  k: other\n"}}},
+		},
+	}
+	in := engine.Spec{Sync: spec, Snapshots: map[string]*engine.Snapshot{"set": snap}}
+	kept, err := engine.Evaluate(context.Background(), in, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact, err := engine.Evaluate(context.Background(), in, engine.Options{Compact: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.Revision != compact.Revision {
+		t.Errorf("revision %s kept, %s compact", kept.Revision, compact.Revision)
+	}
+	for i, want := range kept.Targets {
+		got := compact.Targets[i]
+		// The Namespace object is cluster-scoped: every target writes it,
+		// and every target fails for the collision, kept or not.
+		if (want.Err == nil) != (got.Err == nil) || (want.Err != nil && want.Err.Error() != got.Err.Error()) {
+			t.Errorf("target %s: error %v kept, %v compact", want.ID(), want.Err, got.Err)
+		}
+		if !reflect.DeepEqual(want.Collisions, got.Collisions) {
+			t.Errorf("target %s: collisions %v kept, %v compact", want.ID(), want.Collisions, got.Collisions)
+		}
+	}
+	// Without the cluster-scoped object, no collision: compare objects.
+	var namespaced []map[string]any
+	for _, o := range snap.Objects {
+		if o["kind"] != "Namespace" {
+			namespaced = append(namespaced, o)
+		}
+	}
+	in.Snapshots["set"] = engine.ObjectSetSnapshot(namespaced)
+	if kept, err = engine.Evaluate(context.Background(), in, engine.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if compact, err = engine.Evaluate(context.Background(), in, engine.Options{Compact: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range kept.Targets {
+		got := compact.Targets[i]
+		if want.Err != nil || got.Err != nil {
+			t.Fatalf("target %s: %v, %v", want.ID(), want.Err, got.Err)
+		}
+		if got.Len() != len(want.Objects) || got.Digest != want.Digest || !reflect.DeepEqual(got.Digests, want.Digests) {
+			t.Errorf("target %s: %d objects, digest %s compact; %d, %s kept", want.ID(), got.Len(), got.Digest, len(want.Objects), want.Digest)
+		}
+		if want.Name == "patched" {
+			if got.Objects == nil {
+				t.Errorf("the patched target's objects were not kept")
+			}
+		} else if got.Objects != nil {
+			t.Errorf("target %s: objects kept with Compact", want.ID())
+		}
+		objs, err := got.Manifests()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range want.Objects {
+			if !reflect.DeepEqual(objs[j].Object, want.Objects[j].Object) {
+				t.Errorf("target %s, object %d: made again\n%v\nkept\n%v", want.ID(), j, objs[j].Object, want.Objects[j].Object)
+			}
+		}
+		full, err := got.WithManifests()
+		if err != nil || full.Objects == nil || full.Digest != got.Digest {
+			t.Errorf("target %s: WithManifests: %v, %d objects", want.ID(), err, len(full.Objects))
+		}
+	}
+}
