@@ -84,10 +84,16 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 		desired = map[v1alpha1.ObjectID]bool{}
 		broken  = map[string]bool{} // targets that would not sync completely
 	)
-	for _, t := range targets {
+	targets = slices.Clone(targets)
+	for i, t := range targets {
 		if t.Err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.ID(), t.Err)
 		}
+		t, err := t.WithManifests() // a dry run keeps them all: it reports them
+		if err != nil {
+			return nil, err
+		}
+		targets[i] = t
 		created := map[v1alpha1.ObjectID]bool{} // objects this target would create
 		for i, obj := range t.Objects {
 			desired[v1alpha1.IDOf(obj)] = true

@@ -31,7 +31,12 @@ type pruneResult struct {
 // inventory, so that nothing is lost while it is broken.
 func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, inventory []inventoryItem) pruneResult {
 	var res pruneResult
-	desired := map[clusterObject]bool{}
+	objects := 0 // sized at once: with a fan-out, tens of thousands
+	for _, o := range outcomes {
+		objects += o.target.Len()
+	}
+	desired := make(map[clusterObject]bool, objects)
+	res.inventory = make([]inventoryItem, 0, objects)
 	done := map[string]bool{}    // targets that synced completely
 	present := map[string]bool{} // targets of this evaluation
 	for _, o := range outcomes {
@@ -41,10 +46,14 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			done[id] = true
 		}
 		ref := clusterRefOf(ms, o.target)
-		for _, obj := range o.target.Objects {
+		objs, err := o.target.Manifests()
+		if err != nil {
+			delete(done, id) // its inventory is kept whole
+		}
+		for _, obj := range objs {
 			desired[clusterObject{ref, v1alpha1.IDOf(obj)}] = true
 		}
-		res.inventory = append(res.inventory, o.owned()...)
+		res.inventory = o.appendOwned(res.inventory)
 	}
 	var (
 		errs       []error

@@ -388,7 +388,7 @@ func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alph
 // the sources' revisions and the selectable namespaces are unchanged, so
 // that the resyncs of steady state cost no evaluation either.
 func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, snaps map[string]*engine.Snapshot, st *syncState) (*engine.Result, error) {
-	opts := engine.Options{Limits: r.Options.Limits, Scope: r.scope}
+	opts := engine.Options{Limits: r.Options.Limits, Scope: r.scope, Compact: true}
 	var err error
 	if opts.Namespaces, opts.ClusterNamespaces, err = r.targetNamespaces(ctx, ms, st); err != nil {
 		return nil, err

@@ -110,7 +110,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	verdict, timeout := &healthVerdict{}, healthTimeout(ms)
 	for _, o := range outcomes {
 		t := o.target
-		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, State: o.state(), Objects: len(t.Objects)}
+		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, State: o.state(), Objects: t.Len()}
 		old := findRow(prev, t.Name, t.Namespace)
 		switch {
 		case o.steady && old != nil && old.State == v1alpha1.TargetSynced:
@@ -227,7 +227,7 @@ func setFailedTargets(ms *v1alpha1.ManifestSync, res *engine.Result, reason stri
 		of       = map[string][]string{} // message -> target ids
 	)
 	for _, t := range res.Targets {
-		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, Objects: len(t.Objects)}
+		row := v1alpha1.TargetStatus{Name: t.Name, Cluster: t.Cluster, Namespace: t.Namespace, Objects: t.Len()}
 		if old := findRow(s.Targets, t.Name, t.Namespace); old != nil {
 			row = *old // what the cluster has stays as it was
 		}

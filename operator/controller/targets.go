@@ -46,9 +46,12 @@ type targetOutcome struct {
 	// waiting is set when, under spec.wait, a wave is not Current yet:
 	// the waves after it were not applied.
 	waiting *waveWait
-	// health is that of every object of the target that is ours, and of
-	// those of the waves not applied yet; see judgeTarget.
+	// health is that of every object of the target that is ours and not
+	// Current, and of those of the waves not applied yet; see judgeTarget.
 	health []objectHealth
+	// current counts the objects judged Current, which health leaves
+	// out: with a fan-out, tens of thousands.
+	current int
 	// cluster is where the target's objects are; nil when it could not
 	// be reached.
 	cluster *cluster
@@ -109,10 +112,9 @@ func (o *targetOutcome) state() v1alpha1.TargetState {
 	return v1alpha1.TargetSynced
 }
 
-// owned are the inventory items of the objects that are ours after the
-// sync.
-func (o *targetOutcome) owned() []inventoryItem {
-	var items []inventoryItem
+// appendOwned appends to items the inventory items of the objects that
+// are ours after the sync.
+func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 	if o.record != nil && !o.record.partial {
 		for _, a := range o.record.objects {
 			if a.resourceVersion != "" || a.missing {
@@ -155,8 +157,18 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 					continue
 				}
 				start := time.Now()
-				out[i] = r.syncTarget(ctx, ms, a, res.Revision, t, st.targets[t.ID()])
+				// The objects of a target the evaluation did not keep
+				// (engine.Options.Compact) are made again for its sync,
+				// and let go after it: the outcome keeps the target
+				// without them.
+				full, err := t.WithManifests()
+				if err != nil {
+					out[i] = &targetOutcome{target: t, err: err}
+					continue
+				}
+				out[i] = r.syncTarget(ctx, ms, a, res.Revision, full, st.targets[t.ID()])
 				r.judgeTarget(ctx, checker, out[i])
+				out[i].target = t
 				if !out[i].steady {
 					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
 				}
@@ -221,6 +233,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
 		return out
 	}
+	out.changes = make([]Change, 0, len(t.Objects))
 	digests := make(map[*unstructured.Unstructured]string, len(t.Objects))
 	for i, obj := range t.Objects {
 		digests[obj] = t.Digests[i]
@@ -284,7 +297,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 }
 
 func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
-	rec := &targetRecord{revision: revision, generation: generation, digest: digest}
+	rec := &targetRecord{revision: revision, generation: generation, digest: digest, objects: make([]appliedObject, 0, len(changes))}
 	for _, c := range changes {
 		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, fields: c.Fields, drifted: c.Item.drifted, digest: c.digest})
 	}
@@ -333,7 +346,7 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 	if ms.Spec.Policy.AllowEmpty {
 		return nil
 	}
-	if !slices.ContainsFunc(res.Targets, func(t *engine.TargetResult) bool { return len(t.Objects) == 0 }) {
+	if !slices.ContainsFunc(res.Targets, func(t *engine.TargetResult) bool { return t.Len() == 0 }) {
 		return nil
 	}
 	inventory := map[string]int{}
@@ -343,7 +356,7 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 	}
 	held := map[string]*emptyOutputError{}
 	for _, t := range res.Targets {
-		if n := inventory[t.ID()]; len(t.Objects) == 0 && (n > 0 || err != nil) {
+		if n := inventory[t.ID()]; t.Len() == 0 && (n > 0 || err != nil) {
 			held[t.ID()] = &emptyOutputError{target: t.ID(), inventory: n, unread: err}
 		}
 	}
