@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -289,8 +291,10 @@ func TestOwnedFields(t *testing.T) {
 // write an object that claims one.
 func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 	apply := metav1.ManagedFieldsOperationApply
+	deleted := metav1.Now()
 	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Labels:      map[string]string{OwnerLabel: "p.ms"},
+		Namespace: "web", Name: "cfg", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &deleted,
+		Labels:      map[string]string{OwnerLabel: "p.ms", "app": "web"},
 		Annotations: map[string]string{DigestAnnotation: "sha256:1", "team": "web"},
 		ManagedFields: []metav1.ManagedFieldsEntry{
 			{Manager: FieldManager, Operation: apply, APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:a":{}}}`)}},
@@ -298,7 +302,8 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 		},
 	}}
 	want := ownedFields(obj, FieldManager)
-	out, err := keepOwnFields(FieldManager)(obj)
+	transform := keepOwnFields(FieldManager)
+	out, err := transform(obj.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,8 +314,33 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 	if got := ownedFields(cached, FieldManager); got != want || want == "" {
 		t.Errorf("owned fields from the cache %q, from the object %q", got, want)
 	}
-	if cached.Annotations["team"] != "web" {
-		t.Errorf("annotations %v", cached.Annotations)
+	// Of the metadata, what the reconciler reads, and nothing else.
+	wantMeta := metav1.ObjectMeta{Namespace: "web", Name: "cfg", ResourceVersion: "7", DeletionTimestamp: &deleted,
+		Labels: map[string]string{OwnerLabel: "p.ms"}, Annotations: map[string]string{DigestAnnotation: "sha256:1", cachedFieldsKey: want}}
+	if !reflect.DeepEqual(cached.ObjectMeta, wantMeta) {
+		t.Errorf("the cache keeps\n%+v\nwant\n%+v", cached.ObjectMeta, wantMeta)
+	}
+	again, _ := transform(cached.DeepCopy())
+	if !reflect.DeepEqual(again.(*metav1.PartialObjectMetadata).ObjectMeta, wantMeta) {
+		t.Errorf("the transform applied to its own result changes it: %+v", again)
+	}
+	// Every object of one owner shares its label set.
+	other := obj.DeepCopy()
+	other.Name = "other"
+	out2, _ := transform(other)
+	if reflect.ValueOf(out2.(*metav1.PartialObjectMetadata).Labels).Pointer() != reflect.ValueOf(cached.Labels).Pointer() {
+		t.Errorf("two objects of one owner have a label set each")
+	}
+	// A whole object (a kind whose health needs its body) keeps it all
+	// but the managed fields.
+	whole := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "status": map[string]any{"replicas": int64(1)}}}
+	whole.SetLabels(obj.Labels)
+	whole.SetAnnotations(obj.Annotations)
+	whole.SetManagedFields(obj.ManagedFields)
+	out3, _ := transform(whole)
+	if w := out3.(*unstructured.Unstructured); w.GetManagedFields() != nil || w.GetAnnotations()["team"] != "web" ||
+		w.GetAnnotations()[cachedFieldsKey] != want || w.Object["status"] == nil {
+		t.Errorf("a whole object in the cache: %v", w.Object)
 	}
 
 	env.Need(t)

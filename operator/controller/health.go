@@ -191,25 +191,29 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 		}
 	}
 	reuse := o.steady && o.cluster.remote && o.record.healthy
+	add := func(id v1alpha1.ObjectID, r health.Result) {
+		if r.Status == health.Current {
+			o.current++
+			return
+		}
+		o.health = append(o.health, objectHealth{id: id, Result: r})
+	}
 	for _, obj := range o.target.Objects {
 		id := v1alpha1.IDOf(obj)
 		ch, ok := ours[id]
 		switch {
 		case missing[id]:
-			o.health = append(o.health, objectHealth{id: id, Result: checker.Check(nil)})
+			add(id, checker.Check(nil))
 		case ok && reuse:
-			o.health = append(o.health, objectHealth{id: id, Result: health.Result{Status: health.Current}})
+			add(id, health.Result{Status: health.Current})
 		case ok:
-			o.health = append(o.health, objectHealth{id: id, Result: judge(ctx, o.cluster, checker, ch)})
+			add(id, judge(ctx, o.cluster, checker, ch))
 		case o.waiting != nil && !applied[id]:
-			o.health = append(o.health, objectHealth{id: id, Result: health.Result{Status: health.InProgress,
-				Message: fmt.Sprintf("not applied: wave %d is not Current", o.waiting.wave)}})
+			add(id, health.Result{Status: health.InProgress,
+				Message: fmt.Sprintf("not applied: wave %d is not Current", o.waiting.wave)})
 		}
 	}
-	o.record.healthy = true
-	for _, h := range o.health {
-		o.record.healthy = o.record.healthy && h.Status == health.Current
-	}
+	o.record.healthy = len(o.health) == 0
 }
 
 // healthTimeout is spec.timeout.

@@ -141,6 +141,7 @@ func observeStatus(ms *v1alpha1.ManifestSync) {
 func observeHealth(ms *v1alpha1.ManifestSync, outcomes []*targetOutcome) {
 	n := map[health.Status]int{}
 	for _, o := range outcomes {
+		n[health.Current] += o.current
 		for _, h := range o.health {
 			n[h.Status]++
 		}
