@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -76,15 +75,18 @@ const cachedFieldsKey = "manifestsync.dev/owned fields"
 // of the managed fields only their digest (ownedFields), which drift is
 // judged by, and drops the entries themselves (most of an object's
 // metadata: with thousands of copies, a tenth of the operator's memory).
-// Of an object's metadata (the cache of most kinds) it keeps only what
-// the reconciler reads: name, namespace, resourceVersion, deletion, our
-// owner label (one map shared by every object of an owner) and digest
-// annotation.
+// Of the objects cached by their metadata (most kinds) it keeps only what
+// the reconciler reads, as a cachedMeta; those cached whole (the kinds
+// whose health needs their status) keep the rest. Applied to its own
+// result, it returns it as it is.
 func keepOwnFields(manager string) toolscache.TransformFunc {
-	owners := &ownerLabels{sets: map[string]map[string]string{}}
+	tables := newCacheTables()
 	return func(in any) (any, error) {
-		if m, ok := in.(*metav1.PartialObjectMetadata); ok {
-			return slimMetadata(m, manager, owners), nil
+		switch m := in.(type) {
+		case *cachedMeta:
+			return m, nil
+		case *metav1.PartialObjectMetadata:
+			return newCachedMeta(m, manager, tables), nil
 		}
 		obj, err := apimeta.Accessor(in)
 		if err != nil || obj.GetManagedFields() == nil {
@@ -99,46 +101,6 @@ func keepOwnFields(manager string) toolscache.TransformFunc {
 		obj.SetManagedFields(nil)
 		return in, nil
 	}
-}
-
-// slimMetadata is what the managed cache keeps of m. Applied to its own
-// result, it returns the same.
-func slimMetadata(m *metav1.PartialObjectMetadata, manager string, owners *ownerLabels) *metav1.PartialObjectMetadata {
-	annotations := map[string]string{cachedFieldsKey: ownedFields(m, manager)}
-	if digest, ok := m.Annotations[DigestAnnotation]; ok {
-		annotations[DigestAnnotation] = digest
-	}
-	var labels map[string]string
-	if owner, ok := m.Labels[OwnerLabel]; ok {
-		labels = owners.of(owner)
-	}
-	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion,
-		DeletionTimestamp: m.DeletionTimestamp, Labels: labels, Annotations: annotations,
-	}}
-}
-
-// ownerLabels are the label sets {OwnerLabel: owner} of the managed
-// cache, one per owner, read-only once made. Past maxOwnerLabels owners
-// (objects labelled by others at will) each object gets its own.
-type ownerLabels struct {
-	mu   sync.Mutex
-	sets map[string]map[string]string
-}
-
-const maxOwnerLabels = 4096
-
-func (o *ownerLabels) of(owner string) map[string]string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if set, ok := o.sets[owner]; ok {
-		return set
-	}
-	set := map[string]string{OwnerLabel: owner}
-	if len(o.sets) < maxOwnerLabels {
-		o.sets[owner] = set
-	}
-	return set
 }
 
 // liveObject is an applied object as it is now: "" for a version when it

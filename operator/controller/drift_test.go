@@ -303,11 +303,17 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 	}}
 	want := ownedFields(obj, FieldManager)
 	transform := keepOwnFields(FieldManager)
+	obj.APIVersion, obj.Kind = "v1", "ConfigMap"
 	out, err := transform(obj.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cached := out.(*metav1.PartialObjectMetadata)
+	kept := out.(*cachedMeta)
+	// A reader of the cache gets a PartialObjectMetadata of its own.
+	cached, ok := kept.DeepCopyObject().(*metav1.PartialObjectMetadata)
+	if !ok {
+		t.Fatalf("the cache reads as %T", kept.DeepCopyObject())
+	}
 	if cached.ManagedFields != nil {
 		t.Errorf("the cache keeps %d managed fields entries", len(cached.ManagedFields))
 	}
@@ -317,18 +323,29 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 	// Of the metadata, what the reconciler reads, and nothing else.
 	wantMeta := metav1.ObjectMeta{Namespace: "web", Name: "cfg", ResourceVersion: "7", DeletionTimestamp: &deleted,
 		Labels: map[string]string{OwnerLabel: "p.ms"}, Annotations: map[string]string{DigestAnnotation: "sha256:1", cachedFieldsKey: want}}
-	if !reflect.DeepEqual(cached.ObjectMeta, wantMeta) {
-		t.Errorf("the cache keeps\n%+v\nwant\n%+v", cached.ObjectMeta, wantMeta)
+	if !reflect.DeepEqual(cached.ObjectMeta, wantMeta) || cached.APIVersion != "v1" || cached.Kind != "ConfigMap" {
+		t.Errorf("the cache keeps\n%+v\nwant\n%+v", cached, wantMeta)
 	}
-	again, _ := transform(cached.DeepCopy())
-	if !reflect.DeepEqual(again.(*metav1.PartialObjectMetadata).ObjectMeta, wantMeta) {
-		t.Errorf("the transform applied to its own result changes it: %+v", again)
+	// Its event handlers read it as a metav1.Object.
+	var o metav1.Object = kept
+	if o.GetName() != "cfg" || o.GetNamespace() != "web" || o.GetResourceVersion() != "7" || o.GetLabels()[OwnerLabel] != "p.ms" ||
+		o.GetAnnotations()[DigestAnnotation] != "sha256:1" || !o.GetDeletionTimestamp().Equal(&deleted) || kept.GetObjectKind().GroupVersionKind().Kind != "ConfigMap" {
+		t.Errorf("the cached object reads as %s/%s %s %v %v", o.GetNamespace(), o.GetName(), o.GetResourceVersion(), o.GetLabels(), o.GetAnnotations())
+	}
+	// A reader's copy is its own.
+	cached.Labels[OwnerLabel] = "changed"
+	cached.Annotations[DigestAnnotation] = "changed"
+	if again := kept.DeepCopyObject().(*metav1.PartialObjectMetadata); !reflect.DeepEqual(again.ObjectMeta, wantMeta) {
+		t.Errorf("a reader's change shows in the cache: %+v", again.ObjectMeta)
+	}
+	if again, _ := transform(kept); again != kept {
+		t.Errorf("the transform applied to its own result changes it")
 	}
 	// Every object of one owner shares its label set.
 	other := obj.DeepCopy()
 	other.Name = "other"
 	out2, _ := transform(other)
-	if reflect.ValueOf(out2.(*metav1.PartialObjectMetadata).Labels).Pointer() != reflect.ValueOf(cached.Labels).Pointer() {
+	if reflect.ValueOf(out2.(*cachedMeta).labels).Pointer() != reflect.ValueOf(kept.labels).Pointer() {
 		t.Errorf("two objects of one owner have a label set each")
 	}
 	// A whole object (a kind whose health needs its body) keeps it all

@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"maps"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// cachedMeta is what the managed cache keeps of an object's metadata: its
+// name, namespace, resourceVersion and deletion, our owner label and
+// digest annotation, and the digest of the fields we own (ownedFields) in
+// place of its managed fields. With a fan-out of tens of thousands of
+// copies the cache is most of the operator's memory, and this is a
+// quarter of a PartialObjectMetadata.
+//
+// It is a read-only client.Object. The cache's readers get it as the
+// PartialObjectMetadata they ask for: DeepCopyObject, which the cache
+// calls on every read, makes one (see keepOwnFields). Its event handlers
+// read it through metav1.Object, where what it does not keep reads as
+// unset; nothing writes to an object of the cache, and its setters do
+// nothing.
+type cachedMeta struct {
+	kind            *sharedKind
+	namespace, name string
+	resourceVersion string
+	deletion        *metav1.Time
+	labels          map[string]string // {OwnerLabel: owner}, shared by the owner's objects; nil without
+	digest          string            // DigestAnnotation, when hasDigest
+	fields          string            // ownedFields
+	hasDigest       bool
+}
+
+// newCachedMeta is what the cache keeps of m.
+func newCachedMeta(m *metav1.PartialObjectMetadata, manager string, t *cacheTables) *cachedMeta {
+	c := &cachedMeta{
+		kind:            t.kind(m.TypeMeta),
+		namespace:       m.Namespace,
+		name:            m.Name,
+		resourceVersion: m.ResourceVersion,
+		deletion:        m.DeletionTimestamp,
+		fields:          ownedFields(m, manager),
+	}
+	c.digest, c.hasDigest = m.Annotations[DigestAnnotation]
+	if owner, ok := m.Labels[OwnerLabel]; ok {
+		c.labels = t.owner(owner)
+	}
+	return c
+}
+
+// metadata is c as the PartialObjectMetadata it stands for.
+func (c *cachedMeta) metadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Namespace: c.namespace, Name: c.name, ResourceVersion: c.resourceVersion,
+		Labels: maps.Clone(c.labels), Annotations: c.GetAnnotations(),
+	}}
+	if c.kind != nil {
+		m.APIVersion, m.Kind = c.kind.gvk.ToAPIVersionAndKind()
+	}
+	if c.deletion != nil {
+		m.DeletionTimestamp = c.deletion.DeepCopy()
+	}
+	return m
+}
+
+// DeepCopyObject returns c as a PartialObjectMetadata of its own.
+func (c *cachedMeta) DeepCopyObject() runtime.Object { return c.metadata() }
+
+func (c *cachedMeta) GetObjectKind() schema.ObjectKind {
+	if c.kind == nil {
+		return schema.EmptyObjectKind
+	}
+	return c.kind
+}
+
+func (c *cachedMeta) GetNamespace() string                  { return c.namespace }
+func (c *cachedMeta) GetName() string                       { return c.name }
+func (c *cachedMeta) GetResourceVersion() string            { return c.resourceVersion }
+func (c *cachedMeta) GetDeletionTimestamp() *metav1.Time    { return c.deletion }
+func (c *cachedMeta) GetLabels() map[string]string          { return c.labels }
+func (c *cachedMeta) GetGenerateName() string               { return "" }
+func (c *cachedMeta) GetUID() types.UID                     { return "" }
+func (c *cachedMeta) GetGeneration() int64                  { return 0 }
+func (c *cachedMeta) GetSelfLink() string                   { return "" }
+func (c *cachedMeta) GetCreationTimestamp() metav1.Time     { return metav1.Time{} }
+func (c *cachedMeta) GetDeletionGracePeriodSeconds() *int64 { return nil }
+func (c *cachedMeta) GetFinalizers() []string               { return nil }
+func (c *cachedMeta) GetOwnerReferences() []metav1.OwnerReference {
+	return nil
+}
+func (c *cachedMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+
+// GetAnnotations are the digest annotation and, under cachedFieldsKey,
+// the digest of our fields, in a map of the caller's.
+func (c *cachedMeta) GetAnnotations() map[string]string {
+	a := map[string]string{cachedFieldsKey: c.fields}
+	if c.hasDigest {
+		a[DigestAnnotation] = c.digest
+	}
+	return a
+}
+
+func (c *cachedMeta) SetNamespace(string)                          {}
+func (c *cachedMeta) SetName(string)                               {}
+func (c *cachedMeta) SetGenerateName(string)                       {}
+func (c *cachedMeta) SetUID(types.UID)                             {}
+func (c *cachedMeta) SetResourceVersion(string)                    {}
+func (c *cachedMeta) SetGeneration(int64)                          {}
+func (c *cachedMeta) SetSelfLink(string)                           {}
+func (c *cachedMeta) SetCreationTimestamp(metav1.Time)             {}
+func (c *cachedMeta) SetDeletionTimestamp(*metav1.Time)            {}
+func (c *cachedMeta) SetDeletionGracePeriodSeconds(*int64)         {}
+func (c *cachedMeta) SetLabels(map[string]string)                  {}
+func (c *cachedMeta) SetAnnotations(map[string]string)             {}
+func (c *cachedMeta) SetFinalizers([]string)                       {}
+func (c *cachedMeta) SetOwnerReferences([]metav1.OwnerReference)   {}
+func (c *cachedMeta) SetManagedFields([]metav1.ManagedFieldsEntry) {}
+
+// sharedKind is the kind of the cached objects of one informer, shared
+// by them all: read-only.
+type sharedKind struct{ gvk schema.GroupVersionKind }
+
+func (k *sharedKind) GroupVersionKind() schema.GroupVersionKind   { return k.gvk }
+func (k *sharedKind) SetGroupVersionKind(schema.GroupVersionKind) {}
+
+// cacheTables hold what the managed cache's objects share: the label
+// set of each owner and each kind. Past maxShared entries of either
+// (objects others labelled at will) each object gets its own.
+type cacheTables struct {
+	mu     sync.Mutex
+	owners map[string]map[string]string
+	kinds  map[metav1.TypeMeta]*sharedKind
+}
+
+const maxShared = 4096
+
+func newCacheTables() *cacheTables {
+	return &cacheTables{owners: map[string]map[string]string{}, kinds: map[metav1.TypeMeta]*sharedKind{}}
+}
+
+func (t *cacheTables) owner(owner string) map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if set, ok := t.owners[owner]; ok {
+		return set
+	}
+	set := map[string]string{OwnerLabel: owner}
+	if len(t.owners) < maxShared {
+		t.owners[owner] = set
+	}
+	return set
+}
+
+func (t *cacheTables) kind(tm metav1.TypeMeta) *sharedKind {
+	if tm.APIVersion == "" && tm.Kind == "" {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k, ok := t.kinds[tm]; ok {
+		return k
+	}
+	k := &sharedKind{gvk: schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)}
+	if len(t.kinds) < maxShared {
+		t.kinds[tm] = k
+	}
+	return k
+}
