@@ -343,11 +343,8 @@ func (r *Reconciler) retrySoon(ctx context.Context, st *syncState, err error) (c
 func logSync(ctx context.Context, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, reason string) {
 	var applied, drifted, steady int
 	for _, o := range outcomes {
-		for _, c := range o.changes {
-			if c.wrote() {
-				applied++
-			}
-		}
+		t := o.tally()
+		applied += t.created + t.configured
 		drifted += len(o.drift)
 		if o.steady {
 			steady++
@@ -461,6 +458,12 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 		id := o.target.ID()
 		if n := len(o.drift); n > 0 {
 			driftTotal.WithLabelValues(ms.Namespace, ms.Name, id, driftAction(ms.Spec.Policy.Drift)).Add(float64(n))
+		}
+		if t := o.settled; t.created+t.configured > 0 {
+			objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricApplied).Add(float64(t.created + t.configured))
+		}
+		if t := o.settled; t.unchanged > 0 {
+			objectsTotal.WithLabelValues(ms.Namespace, ms.Name, id, metricSkipped).Add(float64(t.unchanged))
 		}
 		for _, c := range o.changes {
 			var war *writeWarError

@@ -117,7 +117,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 			row = *old
 		case row.State == v1alpha1.TargetSynced:
 			row.LastSyncTime = &now
-			if old != nil && !anyWrote(o.changes) && old.State == v1alpha1.TargetSynced && len(o.drift) == 0 {
+			if old != nil && !o.wrote() && old.State == v1alpha1.TargetSynced && len(o.drift) == 0 {
 				row.LastSyncTime = old.LastSyncTime
 			}
 		case old != nil:
@@ -149,7 +149,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		}
 		waiting = waiting || o.waiting != nil
 		row.Health = verdict.add(o, timeout, time.Now()) // not now, cut to the second: the timeout is checked when it passes
-		wrote = wrote || anyWrote(o.changes)
+		wrote = wrote || o.wrote()
 		s.Targets = append(s.Targets, row)
 	}
 	if pr.err != nil {
@@ -287,10 +287,6 @@ func brief(msg string) string {
 	return msg
 }
 
-func anyWrote(changes []Change) bool {
-	return slices.ContainsFunc(changes, Change.wrote)
-}
-
 func findRow(rows []v1alpha1.TargetStatus, name, namespace string) *v1alpha1.TargetStatus {
 	for i := range rows {
 		if rows[i].Name == name && rows[i].Namespace == namespace {
@@ -365,7 +361,7 @@ func (r *Reconciler) event(ms *v1alpha1.ManifestSync, warning bool, reason, acti
 func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*targetOutcome, pr pruneResult, wasReady bool) {
 	var created, configured, unchanged int
 	for _, o := range outcomes {
-		if o.corrected && anyWrote(o.changes) {
+		if o.corrected && o.wrote() {
 			r.event(ms, false, EventDriftCorrected, "Apply", fmt.Sprintf("Target %q: re-applied %s", o.target.ID(), strings.Join(o.drift, ", ")))
 		}
 		// A drift is found once: its record then holds the object as it
@@ -376,16 +372,8 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 		if o.empty != nil {
 			r.event(ms, true, EventEmptyOutput, "Prune", o.empty.Error())
 		}
-		for _, c := range o.changes {
-			switch c.Action {
-			case ActionCreated:
-				created++
-			case ActionConfigured:
-				configured++
-			case ActionUnchanged, ActionSkipped:
-				unchanged++
-			}
-		}
+		t := o.tally()
+		created, configured, unchanged = created+t.created, configured+t.configured, unchanged+t.unchanged
 		if errs := o.conflicts(); len(errs) > 0 {
 			r.event(ms, true, EventConflict, "Apply", fmt.Sprintf("Target %q: %s", o.target.ID(), joinErrors(errs)))
 		}

@@ -52,6 +52,9 @@ type targetOutcome struct {
 	// current counts the objects judged Current, which health leaves
 	// out: with a fan-out, tens of thousands.
 	current int
+	// settled counts the changes that went as planned, which settle lets
+	// go of once the target is judged.
+	settled tally
 	// cluster is where the target's objects are; nil when it could not
 	// be reached.
 	cluster *cluster
@@ -69,6 +72,61 @@ func redactOutcomes(red *redact.Redactor, outcomes []*targetOutcome, pr *pruneRe
 		}
 	}
 	pr.err = red.Error(pr.err)
+}
+
+// tally counts changes by what they did.
+type tally struct {
+	created, configured int
+	unchanged           int // Unchanged or Skipped
+}
+
+func (t *tally) add(c Change) bool {
+	switch {
+	case c.Err != nil:
+		return false
+	case c.Action == ActionCreated:
+		t.created++
+	case c.Action == ActionConfigured:
+		t.configured++
+	case c.Action == ActionUnchanged, c.Action == ActionSkipped:
+		t.unchanged++
+	default:
+		return false
+	}
+	return true
+}
+
+// settle lets go, once the target is judged, of the changes that went as
+// planned, counting them: its record holds their objects, and with a
+// fan-out they are tens of thousands until the sync is reported. What
+// failed or conflicts stays, and a partial record keeps them all (the
+// inventory takes the objects that are ours from them).
+func (o *targetOutcome) settle() {
+	if o.record == nil || o.record.partial {
+		return
+	}
+	var kept []Change
+	for _, c := range o.changes {
+		if !o.settled.add(c) {
+			kept = append(kept, c)
+		}
+	}
+	o.changes = kept
+}
+
+// tally counts the target's changes, settled or not.
+func (o *targetOutcome) tally() tally {
+	t := o.settled
+	for _, c := range o.changes {
+		t.add(c)
+	}
+	return t
+}
+
+// wrote reports whether the sync created or configured an object.
+func (o *targetOutcome) wrote() bool {
+	t := o.tally()
+	return t.created+t.configured > 0
 }
 
 // failures are the target's errors, conflicts left out.
@@ -168,6 +226,7 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 				}
 				out[i] = r.syncTarget(ctx, ms, a, res.Revision, full, st.targets[t.ID()])
 				r.judgeTarget(ctx, checker, out[i])
+				out[i].settle()
 				out[i].target = t
 				if !out[i].steady {
 					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())

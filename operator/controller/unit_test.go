@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -273,5 +274,44 @@ func TestHeldEmptyWithUnreadableInventory(t *testing.T) {
 	ms.Status.InventoryGzip = nil
 	if held := (&Reconciler{}).heldEmpty(ms, res); len(held) != 0 {
 		t.Errorf("an empty inventory held %+v", held)
+	}
+}
+
+// settle lets go of the changes that went as planned, and nothing the
+// report reads changes: counts, whether anything was written, failures
+// and conflicts, the objects that are ours.
+func TestSettleKeepsWhatTheReportReads(t *testing.T) {
+	item := func(name string) inventoryItem {
+		return inventoryItem{id: v1alpha1.ObjectID{Namespace: "web", Name: name, Kind: "ConfigMap"}, version: "v1", target: "web"}
+	}
+	changes := []Change{
+		{Item: item("a"), Action: ActionCreated, ResourceVersion: "1"},
+		{Item: item("b"), Action: ActionConfigured, ResourceVersion: "2"},
+		{Item: item("c"), Action: ActionUnchanged, ResourceVersion: "3"},
+		{Item: item("d"), Action: ActionSkipped},
+	}
+	whole := &targetOutcome{changes: changes}
+	whole.record = newRecord("r", 1, "d", changes)
+	want, wantOwned := whole.tally(), whole.appendOwned(nil)
+	whole.settle()
+	if len(whole.changes) != 0 {
+		t.Errorf("settle kept %d changes of a complete record", len(whole.changes))
+	}
+	if got := whole.tally(); got != want || got != (tally{created: 1, configured: 1, unchanged: 2}) {
+		t.Errorf("tally %+v after settle, %+v before", got, want)
+	}
+	if !whole.wrote() {
+		t.Errorf("a settled outcome that created an object says it wrote nothing")
+	}
+	if got := whole.appendOwned(nil); !reflect.DeepEqual(got, wantOwned) {
+		t.Errorf("owned %v after settle, %v before", got, wantOwned)
+	}
+
+	failed := append(slices.Clone(changes), Change{Item: item("e"), Action: ActionFailed, Err: errors.New("refused")})
+	partial := &targetOutcome{changes: failed, record: newRecord("r", 1, "d", failed)}
+	partial.record.partial = !partial.ok()
+	partial.settle()
+	if len(partial.changes) != len(failed) || len(partial.failures()) != 1 {
+		t.Errorf("settle changed a partial record's outcome: %d changes, failures %v", len(partial.changes), partial.failures())
 	}
 }
