@@ -190,6 +190,22 @@ func TestDriftIsAChangeOfOwnedFields(t *testing.T) {
 	if got := deployment(); got.ResourceVersion != d.ResourceVersion {
 		t.Errorf("Deployment rewritten after a status write: resourceVersion %s -> %s", d.ResourceVersion, got.ResourceVersion)
 	}
+	// The record moved on to the status write's version; a resync that
+	// finds nothing new keeps the record as it is, copying nothing.
+	record := func() *targetRecord {
+		st := reconciler.states.get(client.ObjectKeyFromObject(ms))
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.targets["t0"]
+	}
+	kept := record()
+	if kept == nil || len(kept.objects) != 1 || kept.objects[0].resourceVersion != d.ResourceVersion {
+		t.Fatalf("record after the status write: %+v, want version %s", kept, d.ResourceVersion)
+	}
+	resync(t, ms, 1)
+	if record() != kept {
+		t.Errorf("a steady resync replaced the target's record")
+	}
 
 	// Another manager's label, a field we do not own.
 	before = requests()

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -433,8 +434,17 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		out.steady, out.record = true, rec
 		return out
 	}
-	next := *rec
-	next.objects = append([]appliedObject(nil), rec.objects...)
+	// next is the record after the check: rec itself unless an object
+	// moved on, so that a steady target's check copies nothing.
+	var next *targetRecord
+	edit := func() *targetRecord {
+		if next == nil {
+			n := *rec
+			n.objects = slices.Clone(rec.objects)
+			next = &n
+		}
+		return next
+	}
 	var drifted []int // indexes into rec.objects
 	live := map[int]liveObject{}
 	for i, o := range rec.objects {
@@ -449,17 +459,19 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		if o.isDrift(now) {
 			drifted = append(drifted, i)
 			live[i] = now
-		} else {
+		} else if now != (liveObject{resourceVersion: o.resourceVersion, fields: o.fields}) {
 			// Changed in fields that are not ours (its status): the
 			// same object, at a later version.
-			next.objects[i].resourceVersion, next.objects[i].fields = now.resourceVersion, now.fields
+			n := edit()
+			n.objects[i].resourceVersion, n.objects[i].fields = now.resourceVersion, now.fields
 		}
 	}
 	if len(drifted) == 0 {
 		out.steady = true
-		out.record = &next
+		out.record = cmp.Or(next, rec)
 		return out
 	}
+	edit()
 	for _, i := range drifted {
 		what := "changed"
 		if live[i].resourceVersion == "" {
@@ -476,7 +488,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			next.objects[i].missing = live[i].resourceVersion == ""
 			next.objects[i].drifted = live[i].resourceVersion != ""
 		}
-		out.record = &next
+		out.record = next
 		return out
 	}
 	desired := map[v1alpha1.ObjectID]int{}
@@ -499,7 +511,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	out.corrected = true
 	// A retry re-applies only what is still not as recorded.
 	next.partial = !out.ok()
-	out.record = &next
+	out.record = next
 	return out
 }
 
