@@ -257,7 +257,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, res, reason, err, now)
 	}
 
-	outcomes := r.syncTargets(ctx, ms, res, st)
+	outcomes := r.syncTargets(ctx, ms, res, st, inventory)
 	pr := r.prune(ctx, ms, outcomes, inventory)
 	redactOutcomes(res.Redactor, outcomes, &pr)
 	for _, o := range outcomes {

@@ -20,15 +20,11 @@ const versionUnknown = "unknown"
 // digest of its desired object was applied as it is desired now, and
 // needs no apply unless the fields we own changed. It returns nil when no
 // object can be restored; a partial record when only some can (the others
-// are applied).
-func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a *applier, revision string, t *engine.TargetResult) *targetRecord {
+// are applied). items are the inventory's entries of the target.
+func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a *applier, revision string, t *engine.TargetResult, items []inventoryItem) *targetRecord {
 	inventory := map[v1alpha1.ObjectID]inventoryItem{}
-	items, err := parseInventory(ms)
-	if err != nil {
-		return nil // every object is applied
-	}
 	for _, it := range items {
-		if it.target == t.ID() && it.cluster == c.ref {
+		if it.cluster == c.ref {
 			inventory[it.id] = it
 		}
 	}

@@ -196,11 +196,21 @@ func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others.
-func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState) []*targetOutcome {
+// inventory is the ManifestSync's, as the sync read it.
+func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory []inventoryItem) []*targetOutcome {
 	checker := st.checker(ms)
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
 		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
 	held := r.heldEmpty(ms, res)
+	// The inventory by target, for the targets whose record is rebuilt
+	// after a restart: grouped once, not searched whole per target.
+	restoring := sync.OnceValue(func() map[string][]inventoryItem {
+		by := map[string][]inventoryItem{}
+		for _, it := range inventory {
+			by[it.target] = append(by[it.target], it)
+		}
+		return by
+	})
 	out := make([]*targetOutcome, len(res.Targets))
 	// Workers take the next target from a shared counter.
 	var (
@@ -225,7 +235,12 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 					out[i] = &targetOutcome{target: t, err: err}
 					continue
 				}
-				out[i] = r.syncTarget(ctx, ms, a, res.Revision, full, st.targets[t.ID()])
+				rec := st.targets[t.ID()]
+				var restore []inventoryItem
+				if rec == nil {
+					restore = restoring()[t.ID()]
+				}
+				out[i] = r.syncTarget(ctx, ms, a, res.Revision, full, rec, restore)
 				r.judgeTarget(ctx, checker, out[i])
 				out[i].settle()
 				out[i].target = t
@@ -240,8 +255,9 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 }
 
 // syncTarget applies one target's objects, or nothing when they are as
-// they were left (steady state), or only the objects that drifted.
-func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, revision string, t *engine.TargetResult, rec *targetRecord) *targetOutcome {
+// they were left (steady state), or only the objects that drifted. With no
+// record, inventory (the target's entries) rebuilds one.
+func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, revision string, t *engine.TargetResult, rec *targetRecord, inventory []inventoryItem) *targetOutcome {
 	out := &targetOutcome{target: t}
 	c, err := r.clusterOf(ctx, ms, t)
 	if err != nil {
@@ -267,7 +283,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		}
 	}
 	if rec == nil {
-		rec = restoreRecord(ctx, ms, c, a, revision, t) // after a restart
+		rec = restoreRecord(ctx, ms, c, a, revision, t, inventory) // after a restart
 	}
 	if rec != nil && rec.since.IsZero() {
 		rec.since = time.Now() // a record rebuilt after a restart: spec.timeout counts from here
