@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -228,11 +229,17 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
-	inventory, err := parseInventory(ms)
-	if err != nil {
+	if _, err := parseInventory(ms); err != nil {
 		// Nothing is applied or pruned: the inventory guards both.
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
 	}
+	// Read again when needed (to prune; to rebuild records after a
+	// restart), not held through the sync: with a fan-out, tens of
+	// thousands of entries.
+	inventory := sync.OnceValue(func() []inventoryItem {
+		items, _ := parseInventory(ms) // as it parsed above
+		return items
+	})
 	blocked, err := r.checkDependencies(ctx, ms)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -258,16 +265,9 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	}
 
 	outcomes := r.syncTargets(ctx, ms, res, st, inventory)
-	pr := r.prune(ctx, ms, outcomes, inventory)
+	pr := r.prune(ctx, ms, outcomes, inventory())
 	redactOutcomes(res.Redactor, outcomes, &pr)
-	for _, o := range outcomes {
-		if o.record != nil {
-			st.targets[o.target.ID()] = o.record
-		} else {
-			delete(st.targets, o.target.ID())
-		}
-	}
-	forgetGone(ms, st, outcomes)
+	forgetGone(ms, st, outcomes) // syncTargets remembered the others
 	r.countObjects(ms, outcomes, pr)
 
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)

@@ -196,8 +196,8 @@ func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others.
-// inventory is the ManifestSync's, as the sync read it.
-func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory []inventoryItem) []*targetOutcome {
+// inventory reads the ManifestSync's inventory.
+func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory func() []inventoryItem) []*targetOutcome {
 	checker := st.checker(ms)
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
 		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
@@ -206,12 +206,55 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 	// after a restart: grouped once, not searched whole per target.
 	restoring := sync.OnceValue(func() map[string][]inventoryItem {
 		by := map[string][]inventoryItem{}
-		for _, it := range inventory {
+		for _, it := range inventory() {
 			by[it.target] = append(by[it.target], it)
 		}
 		return by
 	})
 	out := make([]*targetOutcome, len(res.Targets))
+	// Each target's record replaces its last one as soon as it is synced,
+	// so that a fan-out never holds two records of every target.
+	var records sync.Mutex
+	record := func(id string) *targetRecord {
+		records.Lock()
+		defer records.Unlock()
+		return st.targets[id]
+	}
+	remember := func(o *targetOutcome) {
+		records.Lock()
+		defer records.Unlock()
+		if o.record != nil {
+			st.targets[o.target.ID()] = o.record
+		} else {
+			delete(st.targets, o.target.ID())
+		}
+	}
+	one := func(t *engine.TargetResult) *targetOutcome {
+		if e := held[t.ID()]; e != nil {
+			return &targetOutcome{target: t, empty: e}
+		}
+		start := time.Now()
+		// The objects of a target the evaluation did not keep
+		// (engine.Options.Compact) are made again for its sync, and let
+		// go after it: the outcome keeps the target without them.
+		full, err := t.WithManifests()
+		if err != nil {
+			return &targetOutcome{target: t, err: err}
+		}
+		rec := record(t.ID())
+		var restore []inventoryItem
+		if rec == nil {
+			restore = restoring()[t.ID()]
+		}
+		o := r.syncTarget(ctx, ms, a, res.Revision, full, rec, restore)
+		r.judgeTarget(ctx, checker, o)
+		o.settle()
+		o.target = t
+		if !o.steady {
+			syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
+		}
+		return o
+	}
 	// Workers take the next target from a shared counter.
 	var (
 		wg   sync.WaitGroup
@@ -220,33 +263,8 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 	for range min(r.Options.targetWorkers(), len(res.Targets)) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(res.Targets); i = int(next.Add(1) - 1) {
-				t := res.Targets[i]
-				if e := held[t.ID()]; e != nil {
-					out[i] = &targetOutcome{target: t, empty: e}
-					continue
-				}
-				start := time.Now()
-				// The objects of a target the evaluation did not keep
-				// (engine.Options.Compact) are made again for its sync,
-				// and let go after it: the outcome keeps the target
-				// without them.
-				full, err := t.WithManifests()
-				if err != nil {
-					out[i] = &targetOutcome{target: t, err: err}
-					continue
-				}
-				rec := st.targets[t.ID()]
-				var restore []inventoryItem
-				if rec == nil {
-					restore = restoring()[t.ID()]
-				}
-				out[i] = r.syncTarget(ctx, ms, a, res.Revision, full, rec, restore)
-				r.judgeTarget(ctx, checker, out[i])
-				out[i].settle()
-				out[i].target = t
-				if !out[i].steady {
-					syncDuration.WithLabelValues(ms.Namespace, ms.Name, t.ID()).Observe(time.Since(start).Seconds())
-				}
+				out[i] = one(res.Targets[i])
+				remember(out[i])
 			}
 		})
 	}
