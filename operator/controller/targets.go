@@ -195,8 +195,8 @@ func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 }
 
 // syncTargets syncs every target, several at once; one target failing
-// does not stop the others.
-// inventory reads the ManifestSync's inventory.
+// does not stop the others. inventory reads the ManifestSync's inventory,
+// from which the records of a restarted operator are rebuilt.
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory func() []inventoryItem) []*targetOutcome {
 	checker := st.checker(ms)
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
