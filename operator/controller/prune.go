@@ -46,12 +46,20 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			done[id] = true
 		}
 		ref := clusterRefOf(ms, o.target)
-		objs, err := o.target.Manifests()
-		if err != nil {
-			delete(done, id) // its inventory is kept whole
-		}
-		for _, obj := range objs {
-			desired[clusterObject{ref, v1alpha1.IDOf(obj)}] = true
+		if o.record != nil && !o.record.partial {
+			// A complete record has an entry per desired object: a
+			// steady fan-out's copies are not made again to be named.
+			for _, a := range o.record.objects {
+				desired[clusterObject{ref, a.item.id}] = true
+			}
+		} else {
+			objs, err := o.target.Manifests()
+			if err != nil {
+				delete(done, id) // its inventory is kept whole
+			}
+			for _, obj := range objs {
+				desired[clusterObject{ref, v1alpha1.IDOf(obj)}] = true
+			}
 		}
 		res.inventory = o.appendOwned(res.inventory)
 	}

@@ -71,6 +71,18 @@ func TestPrune(t *testing.T) {
 	if len(entriesOf(t, got)) != 1 || !strings.HasPrefix(entriesOf(t, got)[0].ID, a+"_plain_") {
 		t.Errorf("inventory %+v", entriesOf(t, got))
 	}
+
+	// A renamed target writes the same object: the old target's entry
+	// goes, the object is not pruned (nor deleted and made again).
+	before := mustConfigMap(t, a, "plain")
+	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) { ms.Spec.Targets[0].Name = "renamed" })
+	got = ready(t, ms)
+	if after := mustConfigMap(t, a, "plain"); after.UID != before.UID {
+		t.Errorf("the object of a renamed target was deleted and made again")
+	}
+	if inv := entriesOf(t, got); len(inv) != 1 || inv[0].Target != "renamed" {
+		t.Errorf("inventory after renaming the target: %+v", inv)
+	}
 }
 
 // Deleting a ManifestSync deletes its objects (deletion Delete) or leaves
