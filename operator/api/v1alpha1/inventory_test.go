@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -98,10 +99,92 @@ func TestInventoryEntriesRefusesBadGzip(t *testing.T) {
 // A zip bomb is refused after limit bytes, not inflated.
 func TestDecodeInventoryLimit(t *testing.T) {
 	bomb := gzipped(t, append(append([]byte("["), bytes.Repeat([]byte(" "), 1<<20)...), ']'))
-	if _, err := decodeInventory(bomb, 1<<20); err == nil || !strings.Contains(err.Error(), "more than 1048576 bytes") {
+	none := func(InventoryEntry) bool { t.Error("an entry in the bomb"); return true }
+	if err := decodeInventory(bomb, 1<<20, none); err == nil || !strings.Contains(err.Error(), "more than 1048576 bytes") {
 		t.Errorf("error %v", err)
 	}
-	if got, err := decodeInventory(bomb, 2<<20); err != nil || len(got) != 0 {
-		t.Errorf("under the limit: %v, %v", got, err)
+	if err := decodeInventory(bomb, 2<<20, none); err != nil {
+		t.Errorf("under the limit: %v", err)
+	}
+	// A valid array followed by more than the limit is refused too.
+	tail := gzipped(t, append([]byte(`[{"id":"a_b__Secret","v":"v1"}]`), bytes.Repeat([]byte(" "), 1<<20)...))
+	if err := decodeInventory(tail, 1<<20, func(InventoryEntry) bool { return true }); err == nil || !strings.Contains(err.Error(), "more than 1048576 bytes") {
+		t.Errorf("a long tail: error %v", err)
+	}
+}
+
+// The inventory is read one entry at a time, and refuses what follows the
+// array or is not one.
+func TestDecodeInventoryStreams(t *testing.T) {
+	entries := w8Inventory()
+	ms := &ManifestSync{}
+	if err := ms.Status.SetInventory(entries, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	var seen int
+	stop := fmt.Errorf("enough")
+	err := ms.EachInventoryEntry(func(e InventoryEntry) error {
+		if e != entries[seen] {
+			t.Fatalf("entry %d: %+v, want %+v", seen, e, entries[seen])
+		}
+		if seen++; seen == 100 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || seen != 100 {
+		t.Errorf("stopped after %d entries with %v, want after 100 with its own error", seen, err)
+	}
+	for name, c := range map[string]struct{ json, want string }{
+		"null":     {`null`, ""},
+		"empty":    {`[]`, ""},
+		"trailing": {`[{"id":"a_b__Secret","v":"v1"}] [`, "after the array"},
+		"object":   {`{"id":"a_b__Secret"}`, "not a JSON array"},
+		"bad item": {`[{"id":"a_b__Secret","v":"v1"},7]`, "not a JSON array"},
+		"unclosed": {`[{"id":"a_b__Secret","v":"v1"}`, "not a JSON array"},
+	} {
+		err := decodeInventory(gzipped(t, []byte(c.json)), 1<<20, func(InventoryEntry) bool { return true })
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: error %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+// InventoryWriter chooses the form as SetInventory did with the whole
+// JSON in hand: plain up to the threshold, gzipped above, byte for byte
+// the JSON of the entries.
+func TestInventoryWriterThreshold(t *testing.T) {
+	entries := w8Inventory()[:50]
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		threshold int
+		plain     bool
+	}{{len(raw), true}, {len(raw) - 1, false}, {0, false}} {
+		var s ManifestSyncStatus
+		if err := s.SetInventory(entries, c.threshold); err != nil {
+			t.Fatal(err)
+		}
+		if plain := s.InventoryGzip == nil; plain != c.plain || c.plain && len(s.Inventory) != len(entries) || !c.plain && (s.Inventory != nil || s.InventoryCount != len(entries)) {
+			t.Errorf("threshold %d of %d bytes: %d plain entries, %d gzipped bytes, count %d", c.threshold, len(raw), len(s.Inventory), len(s.InventoryGzip), s.InventoryCount)
+			continue
+		}
+		if c.plain {
+			continue
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(s.InventoryGzip))
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := io.ReadAll(zr)
+		if err != nil || !bytes.Equal(back, raw) {
+			t.Errorf("threshold %d: the gzipped JSON differs from the entries' (%v)", c.threshold, err)
+		}
+	}
+	var s ManifestSyncStatus
+	if err := s.SetInventory(nil, 10); err != nil || s.Inventory != nil || s.InventoryGzip != nil || s.InventoryCount != 0 {
+		t.Errorf("no entries: %+v, %v", s, err)
 	}
 }
