@@ -2,7 +2,9 @@ package controller
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -63,52 +65,99 @@ func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
 }
 
 // parseInventory reads ms's inventory (status.inventory or
-// status.inventoryGzip); entries that do not parse are dropped (they
+// status.inventoryGzip) whole; entries that do not parse are dropped (they
 // cannot name an object to prune). An inventory that cannot be read is an
 // error, never an empty inventory.
 func parseInventory(ms *v1alpha1.ManifestSync) ([]inventoryItem, error) {
-	entries, err := ms.InventoryEntries()
+	var items []inventoryItem
+	err := eachInventoryItem(ms, func(it inventoryItem) bool {
+		items = append(items, it)
+		return true
+	})
 	if err != nil {
 		return nil, err
-	}
-	items := make([]inventoryItem, 0, len(entries))
-	for _, e := range entries {
-		id, err := e.Object()
-		if err != nil || e.Version == "" {
-			continue
-		}
-		items = append(items, inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: e.Fields})
 	}
 	return items, nil
 }
 
-// inventoryEntries is the status form of items, in a stable order and
-// without duplicates.
-func inventoryEntries(items []inventoryItem) []v1alpha1.InventoryEntry {
-	// Each item's id is spelled once, not once per comparison.
-	type keyed struct {
-		id string
-		it inventoryItem
-	}
-	sorted := make([]keyed, len(items))
-	for i, it := range items {
-		sorted[i] = keyed{it.id.InventoryID(), it}
-	}
-	slices.SortFunc(sorted, func(a, b keyed) int {
-		return cmp.Or(cmp.Compare(a.it.target, b.it.target), cmp.Compare(a.it.cluster, b.it.cluster), cmp.Compare(a.id, b.id))
+// eachInventoryItem calls fn with each item of ms's inventory until fn
+// returns false, reading a gzipped inventory as a stream; entries that do
+// not parse are skipped, as parseInventory drops them. On an error, fn
+// may have seen the items before it: what must not act on part of an
+// inventory reads it through once first.
+func eachInventoryItem(ms *v1alpha1.ManifestSync, fn func(inventoryItem) bool) error {
+	stop := errors.New("stop")
+	err := ms.EachInventoryEntry(func(e v1alpha1.InventoryEntry) error {
+		id, err := e.Object()
+		if err != nil || e.Version == "" {
+			return nil
+		}
+		if !fn(inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: e.Fields}) {
+			return stop
+		}
+		return nil
 	})
-	for i := range sorted {
-		items[i] = sorted[i].it
-	}
-	items = slices.CompactFunc(items, func(a, b inventoryItem) bool {
-		return a.target == b.target && a.cluster == b.cluster && a.id == b.id
-	})
-	if len(items) == 0 {
+	if err == stop {
 		return nil
 	}
-	out := make([]v1alpha1.InventoryEntry, len(items))
-	for i, it := range items {
-		out[i] = it.entry()
+	return err
+}
+
+// inventoryStream is ms's inventory as its status holds it now, read again
+// (as a stream) each time it is ranged over, so that a sync never holds
+// the tens of thousands of entries of a fan-out's inventory whole. It
+// keeps the inventory's fields, not ms: a status written after does not
+// change it. Errors end the items: the caller validated the inventory
+// (parseInventory or eachInventoryItem) first.
+func inventoryStream(ms *v1alpha1.ManifestSync) iter.Seq[inventoryItem] {
+	held := &v1alpha1.ManifestSync{}
+	held.Namespace, held.Name = ms.Namespace, ms.Name
+	held.Status.Inventory, held.Status.InventoryGzip = ms.Status.Inventory, ms.Status.InventoryGzip
+	return func(yield func(inventoryItem) bool) {
+		_ = eachInventoryItem(held, yield)
 	}
-	return out
+}
+
+// writeInventory writes items to s as its inventory, in a stable order
+// (by target, cluster and inventory id) and without duplicates; items are
+// sorted in place, and their entries are written one at a time (gzipped
+// above threshold bytes of JSON), never all at once.
+func writeInventory(s *v1alpha1.ManifestSyncStatus, items []inventoryItem, threshold int) error {
+	slices.SortFunc(items, func(a, b inventoryItem) int {
+		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), compareInventoryIDs(a.id, b.id))
+	})
+	w := v1alpha1.NewInventoryWriter(threshold)
+	for i, it := range items {
+		if i > 0 && it.target == items[i-1].target && it.cluster == items[i-1].cluster && it.id == items[i-1].id {
+			continue
+		}
+		w.Add(it.entry())
+	}
+	return w.Close(s)
+}
+
+// compareInventoryIDs orders a and b as their InventoryID strings
+// compare, without spelling them: a fan-out's inventory sorts tens of
+// thousands of them.
+func compareInventoryIDs(a, b v1alpha1.ObjectID) int {
+	pa := [...]string{a.Namespace, "_", a.Name, "_", a.Group, "_", a.Kind}
+	pb := [...]string{b.Namespace, "_", b.Name, "_", b.Group, "_", b.Kind}
+	i, j := 0, 0 // the part of each
+	var x, y string
+	for {
+		for x == "" && i < len(pa) {
+			x, i = pa[i], i+1
+		}
+		for y == "" && j < len(pb) {
+			y, j = pb[j], j+1
+		}
+		if x == "" || y == "" {
+			return cmp.Compare(len(x), len(y))
+		}
+		n := min(len(x), len(y))
+		if c := strings.Compare(x[:n], y[:n]); c != 0 {
+			return c
+		}
+		x, y = x[n:], y[n:]
+	}
 }

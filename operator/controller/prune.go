@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ type pruneResult struct {
 // before applying) that no target wants any more. A target's old objects are pruned only when all of its own
 // objects were applied: a failed or conflicting target keeps its previous
 // inventory, so that nothing is lost while it is broken.
-func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, inventory []inventoryItem) pruneResult {
+func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outcomes []*targetOutcome, inventory iter.Seq[inventoryItem]) pruneResult {
 	var res pruneResult
 	objects := 0 // sized at once: with a fan-out, tens of thousands
 	for _, o := range outcomes {
@@ -81,7 +82,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		}
 		return err
 	}
-	for _, it := range inventory {
+	for it := range inventory {
 		if present[it.target] && !done[it.target] {
 			res.inventory = append(res.inventory, it) // keep until the target syncs
 			continue

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -229,17 +228,14 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
-	if _, err := parseInventory(ms); err != nil {
+	if err := eachInventoryItem(ms, func(inventoryItem) bool { return true }); err != nil {
 		// Nothing is applied or pruned: the inventory guards both.
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
 	}
-	// Read again when needed (to prune; to rebuild records after a
-	// restart), not held through the sync: with a fan-out, tens of
-	// thousands of entries.
-	inventory := sync.OnceValue(func() []inventoryItem {
-		items, _ := parseInventory(ms) // as it parsed above
-		return items
-	})
+	// Read through again when needed (to prune; to rebuild records after
+	// a restart), never held whole: with a fan-out, tens of thousands of
+	// entries.
+	inventory := inventoryStream(ms)
 	blocked, err := r.checkDependencies(ctx, ms)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -265,7 +261,7 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	}
 
 	outcomes := r.syncTargets(ctx, ms, res, st, inventory)
-	pr := r.prune(ctx, ms, outcomes, inventory())
+	pr := r.prune(ctx, ms, outcomes, inventory)
 	redactOutcomes(res.Redactor, outcomes, &pr)
 	forgetGone(ms, st, outcomes) // syncTargets remembered the others
 	r.countObjects(ms, outcomes, pr)

@@ -155,7 +155,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	if pr.err != nil {
 		failures = append(failures, pr.err.Error())
 	}
-	if err := s.SetInventory(inventoryEntries(pr.inventory), gzipThreshold); err != nil {
+	if err := writeInventory(s, pr.inventory, gzipThreshold); err != nil {
 		failures = append(failures, err.Error())
 	}
 	s.TargetsSummary = fmt.Sprintf("%d/%d", synced, len(outcomes))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -197,20 +198,11 @@ func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 // syncTargets syncs every target, several at once; one target failing
 // does not stop the others. inventory reads the ManifestSync's inventory,
 // from which the records of a restarted operator are rebuilt.
-func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory func() []inventoryItem) []*targetOutcome {
+func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory iter.Seq[inventoryItem]) []*targetOutcome {
 	checker := st.checker(ms)
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
 		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
 	held := r.heldEmpty(ms, res)
-	// The inventory by target, for the targets whose record is rebuilt
-	// after a restart: grouped once, not searched whole per target.
-	restoring := sync.OnceValue(func() map[string][]inventoryItem {
-		by := map[string][]inventoryItem{}
-		for _, it := range inventory() {
-			by[it.target] = append(by[it.target], it)
-		}
-		return by
-	})
 	out := make([]*targetOutcome, len(res.Targets))
 	// Each target's record replaces its last one as soon as it is synced,
 	// so that a fan-out never holds two records of every target.
@@ -229,6 +221,18 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 			delete(st.targets, o.target.ID())
 		}
 	}
+	// The inventory by target, of the targets whose record is rebuilt
+	// after a restart: read through once, not once per target; the
+	// entries of targets that have a record are not kept.
+	restoring := sync.OnceValue(func() map[string][]inventoryItem {
+		by := map[string][]inventoryItem{}
+		for it := range inventory {
+			if record(it.target) == nil {
+				by[it.target] = append(by[it.target], it)
+			}
+		}
+		return by
+	})
 	one := func(t *engine.TargetResult) *targetOutcome {
 		if e := held[t.ID()]; e != nil {
 			return &targetOutcome{target: t, empty: e}
@@ -444,10 +448,10 @@ func (r *Reconciler) heldEmpty(ms *v1alpha1.ManifestSync, res *engine.Result) ma
 		return nil
 	}
 	inventory := map[string]int{}
-	items, err := parseInventory(ms) // never read as empty: on an error every empty target is held
-	for _, it := range items {
+	err := eachInventoryItem(ms, func(it inventoryItem) bool { // never read as empty: on an error every empty target is held
 		inventory[it.target]++
-	}
+		return true
+	})
 	held := map[string]*emptyOutputError{}
 	for _, t := range res.Targets {
 		if n := inventory[t.ID()]; t.Len() == 0 && (n > 0 || err != nil) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,63 @@ func TestInventoryIDs(t *testing.T) {
 	}
 	if got, err := parseInventory(withInventory(v1alpha1.InventoryEntry{ID: "bad", Version: "v1"}, v1alpha1.InventoryEntry{ID: "a_b__Secret"})); err != nil || len(got) != 0 {
 		t.Errorf("malformed entries parsed: %+v", got)
+	}
+}
+
+// The inventory is written in the order of its targets, clusters and
+// inventory ids (as strings: "a-b_x" before "a_x"), once per object, and
+// reads back through the stream it is written to, gzipped or not.
+func TestWriteInventoryOrder(t *testing.T) {
+	ids := []v1alpha1.ObjectID{
+		{Namespace: "a", Name: "x", Kind: "Secret"},
+		{Namespace: "a-b", Name: "x", Kind: "Secret"},
+		{Namespace: "a", Name: "x", Kind: "SecretX"},
+		{Namespace: "a", Name: "x", Group: "apps", Kind: "Deployment"},
+		{Name: "a", Kind: "Namespace"},
+		{Namespace: "a", Name: "x.y", Kind: "Secret"},
+	}
+	for _, a := range append(ids, v1alpha1.ObjectID{Namespace: "ab", Kind: "Secret"}) {
+		for _, b := range append(ids, v1alpha1.ObjectID{Namespace: "a", Name: "x_"}) {
+			if got, want := compareInventoryIDs(a, b), strings.Compare(a.InventoryID(), b.InventoryID()); got != want {
+				t.Errorf("compare %q, %q: %d, want %d", a.InventoryID(), b.InventoryID(), got, want)
+			}
+		}
+	}
+	var items []inventoryItem
+	for _, target := range []string{"b", "a"} {
+		for _, cluster := range []string{"remote/kubeconfig", ""} {
+			for _, id := range slices.Backward(ids) {
+				items = append(items, inventoryItem{id: id, version: "v1", target: target, cluster: cluster, fields: "f"})
+			}
+		}
+	}
+	items = append(items, items[3]) // a duplicate
+	var want []v1alpha1.InventoryEntry
+	for _, it := range items[:len(items)-1] {
+		want = append(want, it.entry())
+	}
+	slices.SortFunc(want, func(a, b v1alpha1.InventoryEntry) int {
+		return cmp.Or(strings.Compare(a.Target, b.Target), strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.ID, b.ID))
+	})
+	for _, threshold := range []int{1 << 20, 10} {
+		ms := &v1alpha1.ManifestSync{}
+		if err := writeInventory(&ms.Status, slices.Clone(items), threshold); err != nil {
+			t.Fatal(err)
+		}
+		if gz := ms.Status.InventoryGzip != nil; gz != (threshold == 10) {
+			t.Errorf("threshold %d: gzipped %v", threshold, gz)
+		}
+		got, err := ms.InventoryEntries()
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("threshold %d: %v\n%v\nwant\n%v", threshold, err, got, want)
+		}
+		var streamed []inventoryItem
+		for it := range inventoryStream(ms) {
+			streamed = append(streamed, it)
+		}
+		if len(streamed) != len(want) || streamed[0].entry() != want[0] || streamed[len(want)-1].entry() != want[len(want)-1] {
+			t.Errorf("threshold %d: streamed %d items, want %d", threshold, len(streamed), len(want))
+		}
 	}
 }
 
