@@ -93,19 +93,14 @@ func (c *Checker) HasRule(gvk schema.GroupVersionKind) bool {
 // Check judges obj, as the API server returned it. nil is an object that
 // is not found.
 func (c *Checker) Check(obj *unstructured.Unstructured) Result {
-	if obj == nil {
-		return Result{Status: NotFound, Message: "not found"}
-	}
-	if obj.GetDeletionTimestamp() != nil {
-		return Result{Status: Terminating, Message: "being deleted"}
+	if obj == nil || obj.GetDeletionTimestamp() != nil {
+		return CheckPresence(obj != nil, true)
 	}
 	if r := c.rules[obj.GroupVersionKind()]; r != nil {
 		return r.check(obj)
 	}
 	if !c.NeedsObject(obj.GroupVersionKind()) {
-		// Nothing but its existence to judge; kstatus would say the same
-		// after converting the whole object.
-		return Result{Status: Current, Message: "exists"}
+		return CheckPresence(true, false)
 	}
 	if Custom(obj.GroupVersionKind()) && !hasStatus(obj) {
 		return Result{Status: Unknown, Message: "no status, and no spec.healthChecks rule for its kind"}
@@ -115,6 +110,20 @@ func (c *Checker) Check(obj *unstructured.Unstructured) Result {
 		return Result{Status: Unknown, Message: err.Error()}
 	}
 	return Result{Status: res.Status, Message: message(res)}
+}
+
+// CheckPresence judges an object by what its metadata tells: whether it
+// exists and whether it is being deleted. It is the whole judgement of the
+// kinds whose objects NeedsObject does not need: kstatus would say the
+// same after converting the whole object.
+func CheckPresence(found, deleting bool) Result {
+	switch {
+	case !found:
+		return Result{Status: NotFound, Message: "not found"}
+	case deleting:
+		return Result{Status: Terminating, Message: "being deleted"}
+	}
+	return Result{Status: Current, Message: "exists"}
 }
 
 // message is kstatus's reason for a status, with the object's own words

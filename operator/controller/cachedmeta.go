@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"maps"
 	"sync"
 
@@ -8,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // cachedMeta is what the managed cache keeps of an object's metadata: its
@@ -168,4 +172,54 @@ func (t *cacheTables) kind(tm metav1.TypeMeta) *sharedKind {
 		t.kinds[tm] = k
 	}
 	return k
+}
+
+// managedCache is the cache of managed objects, whose entries it also
+// reads without the copy a cache read makes (meta).
+type managedCache struct {
+	cache.Cache
+	// indexers are the stores of the synced metadata informers, by kind.
+	indexers sync.Map
+}
+
+// readCachedMeta reads what the managed cache keeps of the object of kind
+// gvk at key, without the copy a cache read makes: a cachedMeta is
+// read-only. A steady resync of a fan-out reads every copy twice (drift,
+// health), and the copies would be most of what it allocates. found is
+// false when the cache does not hold the object; ok is false when reader
+// is not the managed cache (a remote cluster's reader), its informer of
+// the kind is not synced yet, or it keeps something else of the kind:
+// read through reader then.
+func readCachedMeta(ctx context.Context, reader client.Reader, gvk schema.GroupVersionKind, key client.ObjectKey) (m *cachedMeta, found, ok bool) {
+	c, is := reader.(*managedCache)
+	if !is {
+		return nil, false, false
+	}
+	indexer, is := c.indexers.Load(gvk)
+	if !is {
+		probe := &metav1.PartialObjectMetadata{}
+		probe.SetGroupVersionKind(gvk)
+		inf, err := c.GetInformer(ctx, probe, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, false, false
+		}
+		shared, is := inf.(toolscache.SharedIndexInformer)
+		if !is || !shared.HasSynced() {
+			return nil, false, false
+		}
+		indexer, _ = c.indexers.LoadOrStore(gvk, shared.GetIndexer())
+	}
+	storeKey := key.Name
+	if key.Namespace != "" {
+		storeKey = key.Namespace + "/" + key.Name
+	}
+	item, exists, err := indexer.(toolscache.Indexer).GetByKey(storeKey)
+	switch {
+	case err != nil:
+		return nil, false, false
+	case !exists:
+		return nil, false, true
+	}
+	m, is = item.(*cachedMeta)
+	return m, is, is
 }

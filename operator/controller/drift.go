@@ -128,6 +128,18 @@ func (o appliedObject) isDrift(now liveObject) bool {
 // cache may lag behind our own writes, or not hold it: it left our label),
 // from the API server. A status write costs no request.
 func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
+	if m, found, ok := readCachedMeta(ctx, c.managed, o.item.gvk(), objectKey(o.item.id)); ok {
+		if found {
+			now := liveObject{resourceVersion: m.resourceVersion, fields: m.fields}
+			if now.resourceVersion == o.resourceVersion {
+				return liveObject{resourceVersion: o.resourceVersion, fields: o.fields}, nil
+			}
+			if !o.isDrift(now) {
+				return now, nil
+			}
+		}
+		return readLive(ctx, c, o, manager)
+	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(o.item.gvk())
 	err := c.managed.Get(ctx, objectKey(o.item.id), meta)
@@ -142,6 +154,14 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 	case !apierrors.IsNotFound(err):
 		return liveObject{}, fmt.Errorf("reading %s from the cache: %w", o.item.id.String(), err)
 	}
+	return readLive(ctx, c, o, manager)
+}
+
+// readLive reads an applied object's version and owned fields from the
+// API server.
+func readLive(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(o.item.gvk())
 	if err := c.live.Get(ctx, objectKey(o.item.id), meta); err != nil {
 		if apierrors.IsNotFound(err) {
 			return liveObject{}, nil

@@ -383,3 +383,84 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 		t.Errorf("creating an object with annotation %q: %v, want it refused as invalid", cachedFieldsKey, err)
 	}
 }
+
+// A target applied completely as it is now is checked for drift from its
+// record and the managed cache, read without copies: the copies of a
+// compact evaluation are not made again for it, and are made again only
+// to correct one that drifted.
+func TestSteadyTargetIsNotMadeAgain(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	src := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "tls"}, Data: map[string][]byte{"tls.crt": []byte("one")}}
+	if err := env.Client.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(home, "steady", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}}},
+		Targets: targets(ns),
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	quiet(t)
+
+	// The ManifestSync's state, held: its reconciles wait meanwhile.
+	st := reconciler.states.get(client.ObjectKeyFromObject(ms))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.eval == nil || st.eval.result == nil || len(st.eval.result.Targets) != 1 {
+		t.Fatalf("no evaluation kept: %+v", st.eval)
+	}
+	res := st.eval.result
+	target := res.Targets[0]
+	rec := st.targets[target.ID()]
+	if made(target) || target.Len() != 1 || !rec.complete(res.Revision, got.Generation, target) {
+		t.Fatalf("target of %d objects, %d kept; record %+v", target.Len(), len(target.Objects), rec)
+	}
+	a := &applier{client: reconciler.Client, live: reconciler.APIReader, managed: reconciler.managed, owner: reconciler.Options.owner(got),
+		manager: reconciler.Options.fieldManager(), policy: got.Spec.Policy.Resources, guard: reconciler.guard, health: st.checker(got)}
+	out := reconciler.syncTarget(ctx, got, a, res.Revision, target, rec, nil)
+	if out.err != nil || !out.steady || out.record != rec || made(out.target) {
+		t.Fatalf("steady target: err %v, steady %v, record kept %v, objects made %v", out.err, out.steady, out.record == rec, made(out.target))
+	}
+	reconciler.judgeTarget(ctx, st.checker(got), out)
+	if out.current != 1 || len(out.health) != 0 {
+		t.Errorf("health judged from the record: %d Current, %+v", out.current, out.health)
+	}
+
+	// The cache's own entry, not a copy; none of an object it does not
+	// hold; and no entry from a reader that is not the managed cache.
+	secret := corev1.SchemeGroupVersion.WithKind("Secret")
+	m, found, ok := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "tls"))
+	if !ok || !found || m.resourceVersion != rec.objects[0].resourceVersion || m.fields != rec.objects[0].fields {
+		t.Fatalf("cached copy: %+v, found %v, ok %v; record %+v", m, found, ok, rec.objects[0])
+	}
+	if again, _, _ := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "tls")); again != m {
+		t.Errorf("two reads gave two entries")
+	}
+	if _, found, ok := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "other")); !ok || found {
+		t.Errorf("an object the cache does not hold: found %v, ok %v", found, ok)
+	}
+	if _, _, ok := readCachedMeta(ctx, reconciler.APIReader, secret, keyOf(ns, "tls")); ok {
+		t.Errorf("read the API server's reader as a cache")
+	}
+
+	// Deleted by someone else: made again, to be applied again.
+	if err := env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tls"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, func() error {
+		if _, found, _ := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "tls")); found {
+			return fmt.Errorf("the cache still holds the deleted copy")
+		}
+		return nil
+	})
+	out = reconciler.syncTarget(ctx, got, a, res.Revision, target, rec, nil)
+	if out.err != nil || !out.corrected || !made(out.target) || len(out.changes) != 1 || out.changes[0].Action != ActionCreated {
+		t.Fatalf("deleted copy: err %v, corrected %v, objects made %v, changes %+v", out.err, out.corrected, made(out.target), out.changes)
+	}
+	copied := &corev1.Secret{}
+	if err := env.Client.Get(ctx, keyOf(ns, "tls"), copied); err != nil || string(copied.Data["tls.crt"]) != "one" {
+		t.Errorf("copy after the correction: %v, %q", err, copied.Data["tls.crt"])
+	}
+}

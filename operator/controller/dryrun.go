@@ -251,7 +251,7 @@ func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.Manifest
 	}
 	var items []inventoryItem
 	for _, t := range targets {
-		for _, gvk := range kindsOf(t.Objects) {
+		for _, gvk := range kindsOf(t, nil) { // made: a dry run makes every object
 			list := &metav1.PartialObjectMetadataList{}
 			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 			opts := []client.ListOption{client.MatchingLabels{OwnerLabel: owner}}

@@ -141,13 +141,19 @@ func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) 
 	if c.remote {
 		reader = c.live
 	}
+	needs := checker.NeedsObject(gvk)
+	if !needs {
+		// Its metadata tells all: it exists, or is being deleted.
+		if m, found, ok := readCachedMeta(ctx, reader, gvk, objectKey(ch.Item.id)); ok {
+			return health.CheckPresence(found, found && m.deletion != nil)
+		}
+	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
 	var err error
-	if checker.NeedsObject(gvk) {
+	if needs {
 		err = reader.Get(ctx, objectKey(ch.Item.id), obj)
 	} else {
-		// Its metadata tells all: it exists, or is being deleted.
 		meta := &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(gvk)
 		if err = reader.Get(ctx, objectKey(ch.Item.id), meta); err == nil {
@@ -173,6 +179,30 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 	if o.cluster == nil || o.record == nil {
 		return
 	}
+	reuse := o.steady && o.cluster.remote && o.record.healthy
+	add := func(id v1alpha1.ObjectID, r health.Result) {
+		if r.Status == health.Current {
+			o.current++
+			return
+		}
+		o.health = append(o.health, objectHealth{id: id, Result: r})
+	}
+	defer func() { o.record.healthy = len(o.health) == 0 }()
+	if !made(o.target) && len(o.changes) == 0 {
+		// Steady, its objects not made: the record names each, and
+		// which are ours.
+		for _, a := range o.record.objects {
+			switch {
+			case a.missing:
+				add(a.item.id, checker.Check(nil))
+			case a.resourceVersion != "" && reuse:
+				add(a.item.id, health.Result{Status: health.Current})
+			case a.resourceVersion != "":
+				add(a.item.id, judge(ctx, o.cluster, checker, Change{Item: a.item, Action: ActionUnchanged}))
+			}
+		}
+		return
+	}
 	ours := map[v1alpha1.ObjectID]Change{}
 	missing := map[v1alpha1.ObjectID]bool{}
 	for _, a := range o.record.objects {
@@ -190,16 +220,7 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 			ours[ch.Item.id] = ch
 		}
 	}
-	reuse := o.steady && o.cluster.remote && o.record.healthy
-	add := func(id v1alpha1.ObjectID, r health.Result) {
-		if r.Status == health.Current {
-			o.current++
-			return
-		}
-		o.health = append(o.health, objectHealth{id: id, Result: r})
-	}
-	for _, obj := range o.target.Objects {
-		id := v1alpha1.IDOf(obj)
+	for id := range objectIDs(o.target, o.record) {
 		ch, ok := ours[id]
 		switch {
 		case missing[id]:
@@ -213,7 +234,6 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 				Message: fmt.Sprintf("not applied: wave %d is not Current", o.waiting.wave)})
 		}
 	}
-	o.record.healthy = len(o.health) == 0
 }
 
 // healthTimeout is spec.timeout.

@@ -85,6 +85,12 @@ type targetRecord struct {
 	healthy bool
 }
 
+// complete reports whether r is a complete record of t's desired state
+// at revision and generation: t's sync only checks drift, from r.
+func (r *targetRecord) complete(revision string, generation int64, t *engine.TargetResult) bool {
+	return r != nil && !r.partial && r.revision == revision && r.generation == generation && r.digest == t.Digest
+}
+
 // appliedObject is an object as it was after the last apply. Objects that
 // are not ours (kept as they were, or in conflict) have no resourceVersion
 // and are not watched for drift.

@@ -238,14 +238,20 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 			return &targetOutcome{target: t, empty: e}
 		}
 		start := time.Now()
+		rec := record(t.ID())
 		// The objects of a target the evaluation did not keep
 		// (engine.Options.Compact) are made again for its sync, and let
-		// go after it: the outcome keeps the target without them.
-		full, err := t.WithManifests()
-		if err != nil {
-			return &targetOutcome{target: t, err: err}
+		// go after it: the outcome keeps the target without them. A
+		// target applied completely as it is now is only checked for
+		// drift, from its record: its objects are made again only to
+		// correct one.
+		full := t
+		if !rec.complete(res.Revision, ms.Generation, t) {
+			var err error
+			if full, err = t.WithManifests(); err != nil {
+				return &targetOutcome{target: t, err: err}
+			}
 		}
-		rec := record(t.ID())
 		var restore []inventoryItem
 		if rec == nil {
 			restore = restoring()[t.ID()]
@@ -288,14 +294,14 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	a = c.applier(a)
 	out.cluster = c
-	if err := checkNamespace(ctx, c, t); err != nil {
+	if err := checkNamespace(ctx, c, t, rec); err != nil {
 		out.err = c.targetError(t, err)
 		return out
 	}
 	// Remote clusters' objects are not watched: their drift is found at
 	// each resync (spec.interval, or any other trigger). The kinds a CRD
 	// of the target defines are watched once it is Established.
-	for _, gvk := range kindsOf(t.Objects) {
+	for _, gvk := range kindsOf(t, rec) {
 		if c.remote {
 			break
 		}
@@ -312,11 +318,11 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
 	since := time.Now()
+	if rec.complete(revision, ms.Generation, t) {
+		return r.checkDrift(ctx, ms, c, a, t, rec, out)
+	}
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
 		since = rec.since
-		if !rec.partial {
-			return r.checkDrift(ctx, ms, c, a, t, rec, out)
-		}
 		applied = map[v1alpha1.ObjectID]appliedObject{}
 		for _, o := range rec.objects {
 			if o.resourceVersion != "" {
@@ -529,8 +535,16 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		out.record = next
 		return out
 	}
+	// The objects, when the evaluation did not keep them, are made again
+	// to correct the drift.
+	full, err := t.WithManifests()
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.target = full
 	desired := map[v1alpha1.ObjectID]int{}
-	for i, obj := range t.Objects {
+	for i, obj := range full.Objects {
 		desired[v1alpha1.IDOf(obj)] = i
 	}
 	for _, i := range drifted {
@@ -538,7 +552,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		if !ok {
 			continue
 		}
-		ch := c.apply(ctx, a, t.Objects[j], t.Digests[j], t.ID())
+		ch := c.apply(ctx, a, full.Objects[j], full.Digests[j], t.ID())
 		if c.down(ch.Err) {
 			out.changes, out.err = nil, c.targetError(t, ch.Err)
 			return out
@@ -556,16 +570,16 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 // checkNamespace fails a target whose namespace does not exist (unless
 // the target creates it): the target's objects cannot be applied, and the
 // namespace watch syncs it as soon as the namespace appears.
-func checkNamespace(ctx context.Context, c *cluster, t *engine.TargetResult) error {
+func checkNamespace(ctx context.Context, c *cluster, t *engine.TargetResult, rec *targetRecord) error {
 	if t.Namespace == "" {
 		return nil
 	}
 	needed := false
-	for _, obj := range t.Objects {
-		if obj.GetKind() == "Namespace" && obj.GroupVersionKind().Group == "" && obj.GetName() == t.Namespace {
+	for id := range objectIDs(t, rec) {
+		if id.Kind == "Namespace" && id.Group == "" && id.Name == t.Namespace {
 			return nil
 		}
-		needed = needed || obj.GetNamespace() == t.Namespace
+		needed = needed || id.Namespace == t.Namespace
 	}
 	if !needed {
 		return nil
@@ -584,17 +598,53 @@ func checkNamespace(ctx context.Context, c *cluster, t *engine.TargetResult) err
 	return nil
 }
 
-// kindsOf lists the kinds of objs, each once.
-func kindsOf(objs []*unstructured.Unstructured) []schema.GroupVersionKind {
+// kindsOf lists the kinds of t's objects (of its record, when they are
+// not made: see objectIDs), each once.
+func kindsOf(t *engine.TargetResult, rec *targetRecord) []schema.GroupVersionKind {
 	seen := map[schema.GroupVersionKind]bool{}
 	var out []schema.GroupVersionKind
-	for _, o := range objs {
-		if gvk := o.GroupVersionKind(); !seen[gvk] {
+	add := func(gvk schema.GroupVersionKind) {
+		if !seen[gvk] {
 			seen[gvk] = true
 			out = append(out, gvk)
 		}
 	}
+	if made(t) {
+		for _, o := range t.Objects {
+			add(o.GroupVersionKind())
+		}
+		return out
+	}
+	for _, o := range rec.objects {
+		add(o.item.gvk())
+	}
 	return out
+}
+
+// made reports whether t holds its objects: a target of a compact
+// evaluation (engine.Options.Compact) whose objects were not made again
+// for its sync holds none.
+func made(t *engine.TargetResult) bool { return len(t.Objects) == t.Len() }
+
+// objectIDs are the ids of t's objects; those of its record when they
+// are not made, which is only when the record is complete for t's desired
+// state (targetRecord.complete), whose objects it names.
+func objectIDs(t *engine.TargetResult, rec *targetRecord) iter.Seq[v1alpha1.ObjectID] {
+	return func(yield func(v1alpha1.ObjectID) bool) {
+		if made(t) {
+			for _, o := range t.Objects {
+				if !yield(v1alpha1.IDOf(o)) {
+					return
+				}
+			}
+			return
+		}
+		for _, o := range rec.objects {
+			if !yield(o.item.id) {
+				return
+			}
+		}
+	}
 }
 
 // errTargets is returned to the controller when some target failed, so that

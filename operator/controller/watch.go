@@ -104,7 +104,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(cacheRunnable{managed}); err != nil {
 		return err
 	}
-	r.managed = managed
+	r.managed = &managedCache{Cache: managed}
 
 	rateLimiter := workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
 		orDefault(r.Options.RetryMin, time.Second), orDefault(r.Options.RetryMax, 5*time.Minute))
