@@ -2,7 +2,10 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"maps"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,31 +31,81 @@ import (
 // unset; nothing writes to an object of the cache, and its setters do
 // nothing.
 type cachedMeta struct {
-	kind            *sharedKind
+	kind *sharedKind
+	// namespace and name are shared with the cache's other objects of
+	// the same namespace or name (a fan-out's copies).
 	namespace, name string
 	resourceVersion string
 	deletion        *metav1.Time
 	labels          map[string]string // {OwnerLabel: owner}, shared by the owner's objects; nil without
-	digest          string            // DigestAnnotation, when hasDigest
 	fields          string            // ownedFields
-	hasDigest       bool
+	// DigestAnnotation, when hasDigest: in sha256 when it is one of ours
+	// ("sha256:" and 64 hex digits, a third of its string), else in
+	// digestText.
+	sha256     [sha256.Size]byte
+	digestText string
+	hasDigest  bool
+	hasSHA256  bool
 }
 
 // newCachedMeta is what the cache keeps of m.
 func newCachedMeta(m *metav1.PartialObjectMetadata, manager string, t *cacheTables) *cachedMeta {
 	c := &cachedMeta{
 		kind:            t.kind(m.TypeMeta),
-		namespace:       m.Namespace,
-		name:            m.Name,
+		namespace:       t.intern(m.Namespace),
+		name:            t.intern(m.Name),
 		resourceVersion: m.ResourceVersion,
 		deletion:        m.DeletionTimestamp,
 		fields:          ownedFields(m, manager),
 	}
-	c.digest, c.hasDigest = m.Annotations[DigestAnnotation]
+	var digest string
+	if digest, c.hasDigest = m.Annotations[DigestAnnotation]; c.hasDigest {
+		if c.sha256, c.hasSHA256 = parseSHA256(digest); !c.hasSHA256 {
+			c.digestText = digest
+		}
+	}
 	if owner, ok := m.Labels[OwnerLabel]; ok {
 		c.labels = t.owner(owner)
 	}
 	return c
+}
+
+// digest is the DigestAnnotation's value.
+func (c *cachedMeta) digest() string {
+	if !c.hasSHA256 {
+		return c.digestText
+	}
+	return sha256Prefix + hex.EncodeToString(c.sha256[:])
+}
+
+const sha256Prefix = "sha256:"
+
+// parseSHA256 reads a digest as the engine writes it: "sha256:" and the
+// sum in lower-case hex, which digest spells back the same.
+func parseSHA256(s string) (sum [sha256.Size]byte, ok bool) {
+	hexSum, found := strings.CutPrefix(s, sha256Prefix)
+	if !found || len(hexSum) != 2*sha256.Size {
+		return sum, false
+	}
+	for i := range sum {
+		hi, lo := fromHex(hexSum[2*i]), fromHex(hexSum[2*i+1])
+		if hi < 0 || lo < 0 {
+			return sum, false
+		}
+		sum[i] = byte(hi<<4 | lo)
+	}
+	return sum, true
+}
+
+// fromHex is the value of a lower-case hex digit, or -1.
+func fromHex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
 }
 
 // metadata is c as the PartialObjectMetadata it stands for.
@@ -102,7 +155,7 @@ func (c *cachedMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil
 func (c *cachedMeta) GetAnnotations() map[string]string {
 	a := map[string]string{cachedFieldsKey: c.fields}
 	if c.hasDigest {
-		a[DigestAnnotation] = c.digest
+		a[DigestAnnotation] = c.digest()
 	}
 	return a
 }
@@ -134,15 +187,33 @@ func (k *sharedKind) SetGroupVersionKind(schema.GroupVersionKind) {}
 // set of each owner and each kind. Past maxShared entries of either
 // (objects others labelled at will) each object gets its own.
 type cacheTables struct {
-	mu     sync.Mutex
-	owners map[string]map[string]string
-	kinds  map[metav1.TypeMeta]*sharedKind
+	mu      sync.Mutex
+	owners  map[string]map[string]string
+	kinds   map[metav1.TypeMeta]*sharedKind
+	strings map[string]string // namespaces and names
 }
 
-const maxShared = 4096
+const (
+	maxShared  = 4096
+	maxStrings = 16384
+)
 
 func newCacheTables() *cacheTables {
-	return &cacheTables{owners: map[string]map[string]string{}, kinds: map[metav1.TypeMeta]*sharedKind{}}
+	return &cacheTables{owners: map[string]map[string]string{}, kinds: map[metav1.TypeMeta]*sharedKind{}, strings: map[string]string{}}
+}
+
+// intern is s, shared with the objects that have the same string. Past
+// maxStrings of them each object keeps its own.
+func (t *cacheTables) intern(s string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if shared, ok := t.strings[s]; ok {
+		return shared
+	}
+	if len(t.strings) < maxStrings {
+		t.strings[s] = s
+	}
+	return s
 }
 
 func (t *cacheTables) owner(owner string) map[string]string {

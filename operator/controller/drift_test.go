@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
@@ -363,6 +364,21 @@ func TestCacheKeepsOwnedFieldsDigest(t *testing.T) {
 	out2, _ := transform(other)
 	if reflect.ValueOf(out2.(*cachedMeta).labels).Pointer() != reflect.ValueOf(kept.labels).Pointer() {
 		t.Errorf("two objects of one owner have a label set each")
+	}
+	// ... and its namespace's string; a digest of ours is kept as its
+	// sum and reads back the same; any other stays as it was written.
+	if unsafe.StringData(out2.(*cachedMeta).namespace) != unsafe.StringData(kept.namespace) {
+		t.Errorf("two objects of one namespace have a string each")
+	}
+	ours := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	for _, digest := range []string{ours, strings.ToUpper(ours), ours[:70], "sha256:" + strings.Repeat("g", 64)} {
+		d := obj.DeepCopy()
+		d.Annotations[DigestAnnotation] = digest
+		out, _ := transform(d)
+		c := out.(*cachedMeta)
+		if c.hasSHA256 != (digest == ours) || c.GetAnnotations()[DigestAnnotation] != digest || c.digest() != digest {
+			t.Errorf("digest %q: kept as a sum %v, reads back %q", digest, c.hasSHA256, c.digest())
+		}
 	}
 	// A whole object (a kind whose health needs its body) keeps it all
 	// but the managed fields.

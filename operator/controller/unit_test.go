@@ -210,6 +210,9 @@ func TestWriteGuard(t *testing.T) {
 	if !war.allowed.Equal(time.Unix(60, 0)) {
 		t.Errorf("allowed again at %v, want when the first write leaves the window", war.allowed)
 	}
+	if len(g.logs) != 1 || len(g.later[g.hash(k)]) != 2 {
+		t.Errorf("the guard holds %d objects, %d later writes of the one at war; want 1 and 2", len(g.logs), len(g.later[g.hash(k)]))
+	}
 	// Another writer, or another object, is not at war.
 	if err := g.allow(writeKey{writer: "home.other/t0", id: k.id}, "d1"); err != nil {
 		t.Errorf("another writer: %v", err)
@@ -230,8 +233,8 @@ func TestWriteGuard(t *testing.T) {
 	// Objects not written within the window are forgotten.
 	now = now.Add(time.Hour)
 	g.wrote(writeKey{writer: "home.sync/t0", id: v1alpha1.ObjectID{Name: "other", Kind: "Namespace"}}, "d")
-	if len(g.logs) != 1 {
-		t.Errorf("the guard holds %d objects, want 1", len(g.logs))
+	if len(g.logs) != 1 || len(g.later) != 0 {
+		t.Errorf("the guard holds %d objects (%d with later writes), want 1 written once", len(g.logs), len(g.later))
 	}
 	var nilGuard *writeGuard
 	if err := nilGuard.allow(k, "d1"); err != nil {

@@ -29,10 +29,12 @@ type writeKey struct {
 	id      v1alpha1.ObjectID
 }
 
-// writeLog is the recent writes of one desired state of an object.
+// writeLog is the recent writes of one desired state of an object: the
+// first within the window here, the later ones (a write war's) in
+// writeGuard.later. Times are Unix nanoseconds.
 type writeLog struct {
-	digest uint64      // of the desired state (its digest, hashed)
-	times  []time.Time // oldest first
+	digest uint64 // of the desired state (its digest, hashed)
+	first  int64
 }
 
 // writeGuard stops write wars; the nil guard stops nothing.
@@ -46,13 +48,16 @@ type writeGuard struct {
 	// window has one (a first sync of 20,000 objects makes 20,000), and
 	// a hash is a tenth of the key's strings. Two keys of one hash (a
 	// chance of 2^-64 per pair) would only count each other's writes.
+	// An object written once (all but those at war) costs a log and no
+	// more: the later writes are in later.
 	logs  map[uint64]writeLog
+	later map[uint64][]int64 // oldest first
 	seed  maphash.Seed
 	swept time.Time
 }
 
 func newWriteGuard(limit int, window time.Duration) *writeGuard {
-	return &writeGuard{limit: limit, window: window, now: time.Now, logs: map[uint64]writeLog{}, seed: maphash.MakeSeed()}
+	return &writeGuard{limit: limit, window: window, now: time.Now, logs: map[uint64]writeLog{}, later: map[uint64][]int64{}, seed: maphash.MakeSeed()}
 }
 
 // hash is k's key in the logs.
@@ -91,15 +96,16 @@ func (g *writeGuard) allow(k writeKey, digest string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	l, ok := g.logs[g.hash(k)]
+	key := g.hash(k)
+	l, ok := g.logs[key]
 	if !ok || l.digest != g.hashDigest(digest) {
 		return nil
 	}
-	l.times = g.expire(l.times, g.now())
-	if len(l.times) < g.limit {
+	times := g.expire(append([]int64{l.first}, g.later[key]...), g.now())
+	if len(times) < g.limit {
 		return nil
 	}
-	return &writeWarError{id: k.id, writes: len(l.times), window: g.window, allowed: l.times[0].Add(g.window)}
+	return &writeWarError{id: k.id, writes: len(times), window: g.window, allowed: time.Unix(0, times[0]).Add(g.window)}
 }
 
 // wrote records that digest was written to k's object, changing it.
@@ -112,18 +118,33 @@ func (g *writeGuard) wrote(k writeKey, digest string) {
 	now := g.now()
 	key, d := g.hash(k), g.hashDigest(digest)
 	l, ok := g.logs[key]
-	if !ok || l.digest != d {
-		l = writeLog{digest: d}
+	var times []int64
+	if ok && l.digest == d {
+		times = g.expire(append([]int64{l.first}, g.later[key]...), now)
 	}
-	l.times = append(g.expire(l.times, now), now)
-	g.logs[key] = l
+	g.keep(key, d, append(times, now.UnixNano()))
 	g.sweep(now)
 }
 
+// keep stores the writes of digest d to key's object, oldest first.
+func (g *writeGuard) keep(key, d uint64, times []int64) {
+	if len(times) == 0 {
+		delete(g.logs, key)
+		delete(g.later, key)
+		return
+	}
+	g.logs[key] = writeLog{digest: d, first: times[0]}
+	if len(times) == 1 {
+		delete(g.later, key)
+	} else {
+		g.later[key] = times[1:]
+	}
+}
+
 // expire drops the writes older than the window.
-func (g *writeGuard) expire(times []time.Time, now time.Time) []time.Time {
+func (g *writeGuard) expire(times []int64, now time.Time) []int64 {
 	i := 0
-	for i < len(times) && now.Sub(times[i]) >= g.window {
+	for i < len(times) && now.Sub(time.Unix(0, times[i])) >= g.window {
 		i++
 	}
 	return times[i:]
@@ -136,11 +157,11 @@ func (g *writeGuard) sweep(now time.Time) {
 		return
 	}
 	g.swept = now
-	for k, l := range g.logs {
-		if l.times = g.expire(l.times, now); len(l.times) == 0 {
-			delete(g.logs, k)
-		} else {
-			g.logs[k] = l
+	for key, l := range g.logs {
+		if later, ok := g.later[key]; ok {
+			g.keep(key, l.digest, g.expire(append([]int64{l.first}, later...), now))
+		} else if len(g.expire([]int64{l.first}, now)) == 0 {
+			delete(g.logs, key)
 		}
 	}
 }
