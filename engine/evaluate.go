@@ -46,10 +46,12 @@ type Options struct {
 	// Workers is how many targets are evaluated at once; default GOMAXPROCS.
 	Workers int
 	// Compact keeps no objects of the targets that are the inputs
-	// themselves (no transform, patch or schema): their Objects are nil
-	// and Manifests makes them again when asked. A fan-out of 20 inputs to
-	// 1,000 namespaces then holds 20 objects, not 20,000, for as long as
-	// the result is kept (the operator keeps it between syncs).
+	// themselves (no transform, patch or schema): their Objects and
+	// Digests are nil, Manifests makes the objects again when asked and
+	// WithManifests the digests too. A fan-out of 20 inputs to 1,000
+	// namespaces then holds 20 objects, not 20,000, and a digest per
+	// target, for as long as the result is kept (the operator keeps it
+	// between syncs).
 	Compact bool
 }
 
@@ -123,14 +125,15 @@ func (t *TargetResult) Manifests() ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target %q: %w", t.ID(), err)
 	}
-	if len(objs) != len(t.Digests) {
-		return nil, fmt.Errorf("target %q: made %d objects again, evaluated %d", t.ID(), len(objs), len(t.Digests))
+	if len(objs) != t.copies.n {
+		return nil, fmt.Errorf("target %q: made %d objects again, evaluated %d", t.ID(), len(objs), t.copies.n)
 	}
 	return objs, nil
 }
 
-// WithManifests is t with its objects (Manifests): t itself when the
-// evaluation kept them, else a copy of t that holds them.
+// WithManifests is t with its objects (Manifests) and their digests: t
+// itself when the evaluation kept them, else a copy of t that holds them.
+// The digests made again must make the target's digest.
 func (t *TargetResult) WithManifests() (*TargetResult, error) {
 	if t.copies == nil {
 		return t, nil
@@ -141,6 +144,13 @@ func (t *TargetResult) WithManifests() (*TargetResult, error) {
 	}
 	full := *t
 	full.Objects, full.copies = objs, nil
+	var c canonical
+	if full.Digests, full.Digest, err = c.digests(objs); err != nil {
+		return nil, fmt.Errorf("target %q: %w", t.ID(), err)
+	}
+	if full.Digest != t.Digest {
+		return nil, fmt.Errorf("target %q: its objects made again have digest %s, evaluated %s", t.ID(), full.Digest, t.Digest)
+	}
 	return &full, nil
 }
 
@@ -149,7 +159,7 @@ func (t *TargetResult) Len() int {
 	if t.copies == nil {
 		return len(t.Objects)
 	}
-	return len(t.Digests)
+	return t.copies.n
 }
 
 // inputCopies are the objects of a target made of the inputs themselves:
@@ -158,6 +168,7 @@ type inputCopies struct {
 	inputs    []Input
 	namespace string
 	scope     Scope
+	n         int // how many objects that makes
 }
 
 func (c *inputCopies) make() ([]*unstructured.Unstructured, error) {
@@ -715,23 +726,32 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	}
 	sortObjects(objs)
 	res.Objects = objs
-	res.Digests = make([]string, len(objs))
 	var c canonical
-	for i, o := range objs {
-		d, err := c.digest(o.Object)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", describe(o), err))
-		}
-		res.Digests[i] = d
-	}
 	var err error
-	if res.Digest, err = c.digest(res.Digests); err != nil {
+	if res.Digests, res.Digest, err = c.digests(objs); err != nil {
 		return fail(err)
 	}
 	if e.opts.Compact && e.module == nil && e.cueTransform == nil && !patched && len(e.schemas) == 0 {
-		res.Objects, res.copies = nil, &inputCopies{inputs: e.objects, namespace: t.namespace, scope: e.opts.Scope}
+		res.Objects, res.Digests, res.copies = nil, nil, &inputCopies{inputs: e.objects, namespace: t.namespace, scope: e.opts.Scope, n: len(objs)}
 	}
 	return res
+}
+
+// digests are the digest of each object and the target's, over them.
+func (c *canonical) digests(objs []*unstructured.Unstructured) ([]string, string, error) {
+	digests := make([]string, len(objs))
+	for i, o := range objs {
+		d, err := c.digest(o.Object)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", describe(o), err)
+		}
+		digests[i] = d
+	}
+	digest, err := c.digest(digests)
+	if err != nil {
+		return nil, "", err
+	}
+	return digests, digest, nil
 }
 
 // learnSecrets tells the redactor the Secret values of objs.
