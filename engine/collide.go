@@ -2,7 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -57,21 +60,58 @@ func clusterKey(t *v1alpha1.Target) string {
 // alone: one bad pair of targets must not block the rest. Targets that
 // failed already are not looked at. clusters[i] is targets[i]'s cluster key.
 func refuseCollisions(targets []*TargetResult, clusters []string) {
-	type key struct {
-		cluster string
-		id      v1alpha1.ObjectID
-	}
-	type owner struct{ target, object int }
-	owners := map[key]owner{}
-	found := map[int][]Collision{}
-	// describe names object j of target i; only a collision asks, so that
-	// a fan-out's objects are not named thousands of times for nothing.
-	describeObject := func(i, j int) string {
-		objs, err := targets[i].Manifests()
-		if err != nil || j >= len(objs) {
-			return fmt.Sprintf("object [%d] of target %q", j, targets[i].ID())
+	seed := maphash.MakeSeed()
+	refuseCollisionsHashed(targets, clusters, func(k objectKey) uint64 {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		for _, s := range [...]string{k.cluster, k.id.Namespace, k.id.Name, k.id.Group, k.id.Kind} {
+			h.WriteString(s)
+			h.WriteByte(0)
 		}
-		return describe(objs[j])
+		return h.Sum64()
+	})
+}
+
+// objectKey is an object of one cluster.
+type objectKey struct {
+	cluster string
+	id      v1alpha1.ObjectID
+}
+
+// refuseCollisionsHashed is refuseCollisions with the hash of the keys.
+func refuseCollisionsHashed(targets []*TargetResult, clusters []string, hash func(objectKey) uint64) {
+	type key = objectKey
+	type owner struct{ target, object int }
+	// The first owner of each object, by its key's hash: a fan-out's
+	// tens of thousands of objects cost a word each, not their key. A
+	// key whose hash another key has (2^-64 per pair) goes to spilled.
+	owners := map[uint64]owner{}
+	var spilled map[key]owner
+	found := map[int][]Collision{}
+	// objectOf is object j of target i, made again when the evaluation
+	// did not keep it; only a collision (or a hash's) asks, so that a
+	// fan-out's objects are not made twice for nothing. The last target
+	// asked for is kept: a cluster-scoped object of every target asks
+	// for the first one's each time.
+	var (
+		lastTarget = -1
+		lastObjs   []*unstructured.Unstructured
+	)
+	objectOf := func(i, j int) *unstructured.Unstructured {
+		if i != lastTarget {
+			lastTarget = i
+			lastObjs, _ = targets[i].Manifests()
+		}
+		if j >= len(lastObjs) {
+			return nil
+		}
+		return lastObjs[j]
+	}
+	describeObject := func(i, j int) string {
+		if o := objectOf(i, j); o != nil {
+			return describe(o)
+		}
+		return fmt.Sprintf("object [%d] of target %q", j, targets[i].ID())
 	}
 	for i, t := range targets {
 		if t == nil || t.Err != nil {
@@ -85,10 +125,25 @@ func refuseCollisions(targets []*TargetResult, clusters []string) {
 		}
 		for j, o := range objs {
 			k := key{clusters[i], v1alpha1.IDOf(o)}
-			first, seen := owners[k]
+			h := hash(k)
+			first, seen := owners[h]
 			if !seen {
-				owners[k] = owner{target: i, object: j}
+				owners[h] = owner{target: i, object: j}
 				continue
+			}
+			f := objs[first.object]
+			if first.target != i {
+				f = objectOf(first.target, first.object)
+			}
+			if f == nil || (key{clusters[first.target], v1alpha1.IDOf(f)}) != k {
+				// Another key of the same hash.
+				if spilled == nil {
+					spilled = map[key]owner{}
+				}
+				if first, seen = spilled[k]; !seen {
+					spilled[k] = owner{target: i, object: j}
+					continue
+				}
 			}
 			if first.target == i {
 				continue // one target's duplicates fail in evaluateTarget

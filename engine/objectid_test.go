@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +42,32 @@ func TestCollisionsNameObjectsAsObjectID(t *testing.T) {
 	} {
 		if got := describe(&unstructured.Unstructured{Object: obj}); got != want {
 			t.Errorf("describe(%v) = %q, want %q", obj, got, want)
+		}
+	}
+}
+
+// Keys of one hash are told apart: with every key hashed alike, the same
+// collisions are found, and no others.
+func TestCollisionsWithOneHash(t *testing.T) {
+	obj := func(kind, ns, name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]any{"name": name, "namespace": ns}}}
+	}
+	targets := func() []*TargetResult {
+		return []*TargetResult{
+			{Name: "a", Objects: []*unstructured.Unstructured{obj("ConfigMap", "a", "x"), obj("Secret", "shared", "s")}},
+			{Name: "b", Objects: []*unstructured.Unstructured{obj("ConfigMap", "b", "x"), obj("Secret", "shared", "s")}},
+			{Name: "c", Objects: []*unstructured.Unstructured{obj("ConfigMap", "c", "x"), obj("Secret", "other", "s")}},
+			{Name: "d", Cluster: "remote", Objects: []*unstructured.Unstructured{obj("Secret", "shared", "s")}},
+		}
+	}
+	clusters := []string{"", "", "", "remote/kubeconfig"}
+	hashed, alike := targets(), targets()
+	refuseCollisions(hashed, clusters)
+	refuseCollisionsHashed(alike, clusters, func(objectKey) uint64 { return 7 })
+	for i := range hashed {
+		want := map[string]bool{"a": true, "b": true}[hashed[i].Name]
+		if (hashed[i].Err != nil) != want || !reflect.DeepEqual(hashed[i].Collisions, alike[i].Collisions) {
+			t.Errorf("target %s: collisions %v with a hash, %v with one for all; error %v", hashed[i].Name, hashed[i].Collisions, alike[i].Collisions, hashed[i].Err)
 		}
 	}
 }
