@@ -36,10 +36,15 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 	for _, o := range outcomes {
 		objects += o.target.Len()
 	}
-	desired := make(map[clusterObject]bool, objects)
 	res.inventory = make([]inventoryItem, 0, objects)
 	done := map[string]bool{}    // targets that synced completely
 	present := map[string]bool{} // targets of this evaluation
+	// A complete record has an entry per desired object: a steady
+	// fan-out's copies are not made again to be named. The objects of
+	// the other targets are made again.
+	complete := map[string]*targetRecord{}
+	refs := map[string]string{} // the targets' clusters, as inventory items name them
+	var made []clusterObject
 	for _, o := range outcomes {
 		id := o.target.ID()
 		present[id] = true
@@ -47,22 +52,41 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			done[id] = true
 		}
 		ref := clusterRefOf(ms, o.target)
+		refs[id] = ref
 		if o.record != nil && !o.record.partial {
-			// A complete record has an entry per desired object: a
-			// steady fan-out's copies are not made again to be named.
-			for _, a := range o.record.objects {
-				desired[clusterObject{ref, a.item.id}] = true
-			}
+			complete[id] = o.record
 		} else {
 			objs, err := o.target.Manifests()
 			if err != nil {
 				delete(done, id) // its inventory is kept whole
 			}
 			for _, obj := range objs {
-				desired[clusterObject{ref, v1alpha1.IDOf(obj)}] = true
+				made = append(made, clusterObject{ref, v1alpha1.IDOf(obj)})
 			}
 		}
 		res.inventory = o.appendOwned(res.inventory)
+	}
+	// wanted reports whether some target wants the inventory's object:
+	// its own target's record names it (the inventory of a steady
+	// fan-out, whose targets are small), or, made at the first that is
+	// not so (or of a large target), a set of every target's objects.
+	var desired map[clusterObject]bool
+	wanted := func(it inventoryItem) bool {
+		if rec := complete[it.target]; rec != nil && len(rec.objects) <= 64 && refs[it.target] == it.cluster && rec.names(it.id) {
+			return true
+		}
+		if desired == nil {
+			desired = make(map[clusterObject]bool, objects)
+			for id, rec := range complete {
+				for _, a := range rec.objects {
+					desired[clusterObject{refs[id], a.item.id}] = true
+				}
+			}
+			for _, o := range made {
+				desired[o] = true
+			}
+		}
+		return desired[clusterObject{it.cluster, it.id}]
 	}
 	var (
 		errs       []error
@@ -87,7 +111,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			res.inventory = append(res.inventory, it) // keep until the target syncs
 			continue
 		}
-		if desired[clusterObject{it.cluster, it.id}] {
+		if wanted(it) {
 			continue // still wanted (maybe by another target)
 		}
 		if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {

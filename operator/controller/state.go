@@ -91,6 +91,11 @@ func (r *targetRecord) complete(revision string, generation int64, t *engine.Tar
 	return r != nil && !r.partial && r.revision == revision && r.generation == generation && r.digest == t.Digest
 }
 
+// names reports whether r has an entry for the object id.
+func (r *targetRecord) names(id v1alpha1.ObjectID) bool {
+	return slices.ContainsFunc(r.objects, func(o appliedObject) bool { return o.item.id == id })
+}
+
 // appliedObject is an object as it was after the last apply. Objects that
 // are not ours (kept as they were, or in conflict) have no resourceVersion
 // and are not watched for drift.
