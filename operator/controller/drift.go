@@ -120,7 +120,7 @@ func (o appliedObject) isDrift(now liveObject) bool {
 	case "":
 		return true
 	}
-	return o.fields == "" || now.fields != o.fields
+	return o.item.fields == "" || now.fields != o.item.fields
 }
 
 // observe reads an applied object's version and owned fields from the
@@ -132,7 +132,7 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 		if found {
 			now := liveObject{resourceVersion: m.resourceVersion, fields: m.fields}
 			if now.resourceVersion == o.resourceVersion {
-				return liveObject{resourceVersion: o.resourceVersion, fields: o.fields}, nil
+				return liveObject{resourceVersion: o.resourceVersion, fields: o.item.fields}, nil
 			}
 			if !o.isDrift(now) {
 				return now, nil
@@ -145,7 +145,7 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 	err := c.managed.Get(ctx, objectKey(o.item.id), meta)
 	switch {
 	case err == nil && meta.ResourceVersion == o.resourceVersion:
-		return liveObject{resourceVersion: o.resourceVersion, fields: o.fields}, nil
+		return liveObject{resourceVersion: o.resourceVersion, fields: o.item.fields}, nil
 	case err == nil:
 		now := liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}
 		if !o.isDrift(now) {

@@ -448,7 +448,7 @@ func TestSteadyTargetIsNotMadeAgain(t *testing.T) {
 	// hold; and no entry from a reader that is not the managed cache.
 	secret := corev1.SchemeGroupVersion.WithKind("Secret")
 	m, found, ok := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "tls"))
-	if !ok || !found || m.resourceVersion != rec.objects[0].resourceVersion || m.fields != rec.objects[0].fields {
+	if !ok || !found || m.resourceVersion != rec.objects[0].resourceVersion || m.fields != rec.objects[0].item.fields {
 		t.Fatalf("cached copy: %+v, found %v, ok %v; record %+v", m, found, ok, rec.objects[0])
 	}
 	if again, _, _ := readCachedMeta(ctx, reconciler.managed, secret, keyOf(ns, "tls")); again != m {

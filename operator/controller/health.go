@@ -193,7 +193,7 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 		// which are ours.
 		for _, a := range o.record.objects {
 			switch {
-			case a.missing:
+			case a.item.missing:
 				add(a.item.id, checker.Check(nil))
 			case a.resourceVersion != "" && reuse:
 				add(a.item.id, health.Result{Status: health.Current})
@@ -207,7 +207,7 @@ func (r *Reconciler) judgeTarget(ctx context.Context, checker *health.Checker, o
 	missing := map[v1alpha1.ObjectID]bool{}
 	for _, a := range o.record.objects {
 		switch {
-		case a.missing:
+		case a.item.missing:
 			missing[a.item.id] = true
 		case a.resourceVersion != "":
 			ours[a.item.id] = Change{Item: a.item, Action: ActionUnchanged}

@@ -54,7 +54,7 @@ func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a
 // restoreObject is an inventory object as the last apply left it, if it
 // is still ours with the desired digest.
 func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem, digest string, policy v1alpha1.DriftPolicy) (appliedObject, bool) {
-	o := appliedObject{item: it, fields: it.fields, missing: it.missing, drifted: it.drifted}
+	o := appliedObject{item: it}
 	left := policy == v1alpha1.DriftReport || policy == v1alpha1.DriftIgnore // drift is left as it is
 	switch {
 	case (it.missing || it.drifted) && !left, it.fields == "":
@@ -79,7 +79,7 @@ func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem
 	case fields == it.fields:
 		o.resourceVersion = meta.ResourceVersion
 	case policy == v1alpha1.DriftIgnore:
-		o.resourceVersion, o.fields = meta.ResourceVersion, fields
+		o.resourceVersion, o.item.fields = meta.ResourceVersion, fields
 	default:
 		o.resourceVersion = versionUnknown
 	}

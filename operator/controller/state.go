@@ -100,19 +100,15 @@ func (r *targetRecord) names(id v1alpha1.ObjectID) bool {
 // are not ours (kept as they were, or in conflict) have no resourceVersion
 // and are not watched for drift.
 type appliedObject struct {
+	// item is the object's inventory entry as the apply left it: its
+	// fields are the digest of the fields we owned after it
+	// (ownedFields), whose change is drift; missing and drifted are set
+	// when someone else deleted or changed it and the drift policy left
+	// it so (a missing object stays in the inventory).
 	item            inventoryItem
 	resourceVersion string
-	// fields is the digest of the fields we owned after the apply
-	// (ownedFields): their change is drift.
-	fields string
 	// digest is the desired object's digest that was applied.
 	digest string
-	// missing is set when the object was deleted by someone else and the
-	// drift policy left it so: it stays in the inventory.
-	missing bool
-	// drifted is set when the object was changed by someone else and the
-	// drift policy left it so.
-	drifted bool
 }
 
 // states holds the syncState of every ManifestSync seen.

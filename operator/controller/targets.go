@@ -177,10 +177,8 @@ func (o *targetOutcome) state() v1alpha1.TargetState {
 func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 	if o.record != nil && !o.record.partial {
 		for _, a := range o.record.objects {
-			if a.resourceVersion != "" || a.missing {
-				it := a.item
-				it.missing, it.drifted, it.fields = a.missing, a.drifted, a.fields
-				items = append(items, it)
+			if a.resourceVersion != "" || a.item.missing {
+				items = append(items, a.item)
 			}
 		}
 		return items
@@ -355,8 +353,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		// changed since.
 		if o, ok := applied[v1alpha1.IDOf(obj)]; ok {
 			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) {
-				item := o.item
-				item.drifted = o.drifted // still as someone left it
+				item := o.item // drifted still as someone left it
 				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields, digest: o.digest})
 				return nil
 			}
@@ -403,7 +400,9 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 func newRecord(revision string, generation int64, digest string, changes []Change) *targetRecord {
 	rec := &targetRecord{revision: revision, generation: generation, digest: digest, objects: make([]appliedObject, 0, len(changes))}
 	for _, c := range changes {
-		rec.objects = append(rec.objects, appliedObject{item: c.Item, resourceVersion: c.ResourceVersion, fields: c.Fields, drifted: c.Item.drifted, digest: c.digest})
+		item := c.Item
+		item.fields, item.missing = c.Fields, false
+		rec.objects = append(rec.objects, appliedObject{item: item, resourceVersion: c.ResourceVersion, digest: c.digest})
 	}
 	return rec
 }
@@ -503,11 +502,11 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		if o.isDrift(now) {
 			drifted = append(drifted, i)
 			live[i] = now
-		} else if now != (liveObject{resourceVersion: o.resourceVersion, fields: o.fields}) {
+		} else if now != (liveObject{resourceVersion: o.resourceVersion, fields: o.item.fields}) {
 			// Changed in fields that are not ours (its status): the
 			// same object, at a later version.
 			n := edit()
-			n.objects[i].resourceVersion, n.objects[i].fields = now.resourceVersion, now.fields
+			n.objects[i].resourceVersion, n.objects[i].item.fields = now.resourceVersion, now.fields
 		}
 	}
 	if len(drifted) == 0 {
@@ -528,9 +527,9 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		// same drift is not found again; a deleted one stays in the
 		// inventory, missing.
 		for _, i := range drifted {
-			next.objects[i].resourceVersion, next.objects[i].fields = live[i].resourceVersion, live[i].fields
-			next.objects[i].missing = live[i].resourceVersion == ""
-			next.objects[i].drifted = live[i].resourceVersion != ""
+			next.objects[i].resourceVersion, next.objects[i].item.fields = live[i].resourceVersion, live[i].fields
+			next.objects[i].item.missing = live[i].resourceVersion == ""
+			next.objects[i].item.drifted = live[i].resourceVersion != ""
 		}
 		out.record = next
 		return out
@@ -558,7 +557,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 		out.changes = append(out.changes, ch)
-		next.objects[i].resourceVersion, next.objects[i].fields = ch.ResourceVersion, ch.Fields
+		next.objects[i].resourceVersion, next.objects[i].item.fields = ch.ResourceVersion, ch.Fields
 	}
 	out.corrected = true
 	// A retry re-applies only what is still not as recorded.
