@@ -87,6 +87,10 @@ func refuseCollisionsHashed(targets []*TargetResult, clusters []string, hash fun
 	// key whose hash another key has (2^-64 per pair) goes to spilled.
 	owners := map[uint64]owner{}
 	var spilled map[key]owner
+	// A compact target's objects are made in scratch maps, read for
+	// their ids and let go: only the ids' strings are kept (those of the
+	// inputs and the targets).
+	s := &scratch{}
 	found := map[int][]Collision{}
 	// objectOf is object j of target i, made again when the evaluation
 	// did not keep it; only a collision (or a hash's) asks, so that a
@@ -117,7 +121,7 @@ func refuseCollisionsHashed(targets []*TargetResult, clusters []string, hash fun
 		if t == nil || t.Err != nil {
 			continue
 		}
-		objs, err := t.Manifests()
+		objs, err := t.manifestsInto(s)
 		if err != nil {
 			t.Err = err
 			t.Objects, t.Digests, t.Digest, t.copies = nil, nil, "", nil

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -100,6 +101,8 @@ func TestCompactMakesTheSameObjectsAgain(t *testing.T) {
 		secret("platform", "token", "u1", "7", "c2VjcmV0LXZhbHVl"),
 		{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"namespace": "platform", "name": "cfg", "uid": "u2", "resourceVersion": "8"}, "data": map[string]any{"k": "v"}},
 		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "extra", "uid": "u3", "resourceVersion": "9"}},
+		{"apiVersion": "v1", "kind": "Service", "metadata": map[string]any{"namespace": "platform", "name": "db", "uid": "u4", "resourceVersion": "10"},
+			"spec": map[string]any{"clusterIP": "10.0.0.7", "clusterIPs": []any{"10.0.0.7"}, "ports": []any{map[string]any{"port": int64(5432)}}}},
 	})
 	spec := &v1alpha1.ManifestSyncSpec{
 		Sources: []v1alpha1.Source{{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "Secret", Namespace: "platform"}}},
@@ -140,11 +143,20 @@ func TestCompactMakesTheSameObjectsAgain(t *testing.T) {
 		}
 	}
 	in.Snapshots["set"] = engine.ObjectSetSnapshot(namespaced)
+	before, err := json.Marshal(in.Snapshots["set"].Objects)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if kept, err = engine.Evaluate(context.Background(), in, engine.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if compact, err = engine.Evaluate(context.Background(), in, engine.Options{Compact: true}); err != nil {
 		t.Fatal(err)
+	}
+	// The compact evaluation makes its copies in maps it uses again,
+	// target after target, and never writes the inputs'.
+	if after, _ := json.Marshal(in.Snapshots["set"].Objects); string(after) != string(before) {
+		t.Errorf("the inputs changed:\n%s\nwas\n%s", after, before)
 	}
 	for i, want := range kept.Targets {
 		got := compact.Targets[i]
