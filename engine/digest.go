@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -27,6 +28,10 @@ type canonical struct {
 	buf     []byte
 	entries []entry // a stack of the entries of the maps being written
 }
+
+// canonicals are encoders whose buffers are used again: a fan-out
+// digests tens of thousands of objects at each evaluation.
+var canonicals = sync.Pool{New: func() any { return &canonical{} }}
 
 type entry struct {
 	key   string

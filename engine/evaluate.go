@@ -158,7 +158,8 @@ func (t *TargetResult) WithManifests() (*TargetResult, error) {
 	}
 	full := *t
 	full.Objects, full.copies = objs, nil
-	var c canonical
+	c := canonicals.Get().(*canonical)
+	defer canonicals.Put(c)
 	if full.Digests, full.Digest, err = c.digests(objs); err != nil {
 		return nil, fmt.Errorf("target %q: %w", t.ID(), err)
 	}
@@ -761,7 +762,8 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		}
 	}
 	sortObjects(objs)
-	var c canonical
+	c := canonicals.Get().(*canonical)
+	defer canonicals.Put(c)
 	var err error
 	if res.Digests, res.Digest, err = c.digests(objs); err != nil {
 		return fail(err)
