@@ -228,9 +228,11 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	if err := r.checkTenancy(ms); err != nil {
 		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonServiceAccountRequired, err, now)
 	}
-	if err := eachInventoryItem(ms, func(inventoryItem) bool { return true }); err != nil {
-		// Nothing is applied or pruned: the inventory guards both.
-		return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
+	if !st.wroteInventory(ms) { // else ours, read back whole when we wrote it
+		if err := eachInventoryItem(ms, func(inventoryItem) bool { return true }); err != nil {
+			// Nothing is applied or pruned: the inventory guards both.
+			return ctrl.Result{}, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonInventoryInvalid, fmt.Errorf("nothing was applied or pruned: %w", err), now)
+		}
 	}
 	// Read through again when needed (to prune; to rebuild records after
 	// a restart), never held whole: with a fan-out, tens of thousands of

@@ -97,6 +97,35 @@ func TestWriteInventoryOrder(t *testing.T) {
 	}
 }
 
+// The gzipped inventory our last status write left is known sound; any
+// other is read through.
+func TestWroteInventory(t *testing.T) {
+	ms := &v1alpha1.ManifestSync{}
+	ms.UID = "u1"
+	if err := ms.Status.SetInventory([]v1alpha1.InventoryEntry{{ID: "a_b__Secret", Version: "v1"}}, 0); err != nil || ms.Status.InventoryGzip == nil {
+		t.Fatalf("gzipped inventory: %v", err)
+	}
+	st := &syncState{}
+	if st.wroteInventory(ms) {
+		t.Error("known sound before any write")
+	}
+	st.wrote(ms)
+	now := ms.DeepCopy()
+	if !st.wroteInventory(now) {
+		t.Error("the inventory we wrote is read through again")
+	}
+	now.Status.InventoryGzip[len(now.Status.InventoryGzip)-1] ^= 1
+	other := ms.DeepCopy()
+	other.UID = "u2"
+	plain := ms.DeepCopy()
+	plain.Status.Inventory, plain.Status.InventoryGzip = []v1alpha1.InventoryEntry{{ID: "a_b__Secret", Version: "v1"}}, nil
+	for name, m := range map[string]*v1alpha1.ManifestSync{"changed": now, "another object": other, "plain": plain} {
+		if st.wroteInventory(m) {
+			t.Errorf("%s: known sound", name)
+		}
+	}
+}
+
 func TestHistoryKeepsTen(t *testing.T) {
 	ms := &v1alpha1.ManifestSync{}
 	for i := range 12 {
