@@ -152,6 +152,7 @@ func (s *ManifestSyncStatus) SetInventory(entries []InventoryEntry, threshold in
 // in the form SetInventory chooses, without holding its entries or their
 // JSON once it is larger than the threshold: they go through gzip as they
 // come.
+// +kubebuilder:object:generate=false
 type InventoryWriter struct {
 	threshold int
 	entries   []InventoryEntry // while the JSON is at most threshold bytes
