@@ -1,19 +1,24 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -322,11 +327,69 @@ func (r *Reconciler) patchStatus(ctx context.Context, st *syncState, orig, ms *v
 	if equality.Semantic.DeepEqual(orig.Status, ms.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, ms, client.MergeFrom(orig)); err != nil {
+	patch, err := statusPatch(&orig.Status, &ms.Status)
+	if err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	if err := r.Client.Status().Patch(ctx, ms, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
 	st.wrote(ms)
 	return nil
+}
+
+// statusPatch is the JSON merge patch that turns the status from into
+// to. The small fields are diffed; the target rows and the inventory,
+// which a fan-out makes large, are sent whole when they changed (as a
+// merge patch replaces a list anyway). client.MergeFrom would marshal
+// both whole objects and diff them as maps: megabytes for a status of
+// a thousand rows, at the moment a sync's outcomes are still held.
+func statusPatch(from, to *v1alpha1.ManifestSyncStatus) ([]byte, error) {
+	small := func(s *v1alpha1.ManifestSyncStatus) ([]byte, error) {
+		c := *s
+		c.Targets, c.Inventory, c.InventoryGzip = nil, nil, nil
+		return json.Marshal(c)
+	}
+	a, err := small(from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := small(to)
+	if err != nil {
+		return nil, err
+	}
+	diff, err := jsonpatch.CreateMergePatch(a, b) // an object, "{}" when equal
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"status":`)
+	buf.Write(bytes.TrimSuffix(bytes.TrimSpace(diff), []byte("}")))
+	fields := len(bytes.TrimSpace(diff)) > 2
+	large := func(name string, changed, empty bool, v any) error {
+		if !changed {
+			return nil
+		}
+		if fields {
+			buf.WriteByte(',')
+		}
+		fields = true
+		buf.WriteString(strconv.Quote(name) + ":")
+		if empty { // omitted: a merge patch removes it with null
+			buf.WriteString("null")
+			return nil
+		}
+		return json.NewEncoder(&buf).Encode(v)
+	}
+	if err := errors.Join(
+		large("targets", !equality.Semantic.DeepEqual(from.Targets, to.Targets), len(to.Targets) == 0, to.Targets),
+		large("inventory", !equality.Semantic.DeepEqual(from.Inventory, to.Inventory), len(to.Inventory) == 0, to.Inventory),
+		large("inventoryGzip", !bytes.Equal(from.InventoryGzip, to.InventoryGzip), len(to.InventoryGzip) == 0, to.InventoryGzip),
+	); err != nil {
+		return nil, err
+	}
+	buf.WriteString("}}")
+	return buf.Bytes(), nil
 }
 
 // Event reasons.

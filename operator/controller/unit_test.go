@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -403,5 +406,73 @@ func TestSettleKeepsWhatTheReportReads(t *testing.T) {
 	partial.settle()
 	if len(partial.changes) != len(failed) || len(partial.failures()) != 1 {
 		t.Errorf("settle changed a partial record's outcome: %d changes, failures %v", len(partial.changes), partial.failures())
+	}
+}
+
+// TestStatusPatch: the merge patch statusPatch writes turns the old
+// status into the new one exactly (what client.MergeFrom's diff of the
+// whole objects did), with cleared fields, a source gone from a map,
+// the inventory moving between its plain and gzipped forms, and only
+// the large fields changed.
+func TestStatusPatch(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
+	rows := func(states ...v1alpha1.TargetState) []v1alpha1.TargetStatus {
+		var out []v1alpha1.TargetStatus
+		for i, s := range states {
+			out = append(out, v1alpha1.TargetStatus{Name: fmt.Sprint("t", i), Namespace: "ns", State: s, Objects: i})
+		}
+		return out
+	}
+	base := v1alpha1.ManifestSyncStatus{
+		ObservedGeneration: 2,
+		Conditions:         []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Progressing", LastTransitionTime: now}},
+		Inputs:             &v1alpha1.Inputs{Sources: map[string]string{"app": "sha256:a", "creds": "sha256:b"}, Transform: "sha256:t"},
+		Targets:            rows(v1alpha1.TargetPending, v1alpha1.TargetPending),
+		Inventory:          []v1alpha1.InventoryEntry{{ID: "a_x__Secret", Version: "v1", Target: "t0"}},
+		TargetsSummary:     "0/2",
+	}
+	synced := base
+	synced.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Synced", LastTransitionTime: now}}
+	synced.Inputs = &v1alpha1.Inputs{Sources: map[string]string{"app": "sha256:c"}, Transform: "sha256:t"}
+	synced.Targets = rows(v1alpha1.TargetSynced, v1alpha1.TargetSynced)
+	synced.Inventory, synced.InventoryGzip, synced.InventoryCount = nil, []byte("\x1f\x8b not really gzip"), 7
+	synced.TargetsSummary, synced.LastSuccessfulSyncTime = "2/2", &now
+	rowsOnly := base
+	rowsOnly.Targets = rows(v1alpha1.TargetFailed)
+	cleared := base
+	cleared.Targets, cleared.Inventory, cleared.Inputs, cleared.Conditions = nil, nil, nil, nil
+	for _, c := range []struct {
+		name     string
+		from, to v1alpha1.ManifestSyncStatus
+	}{
+		{"same", base, base},
+		{"synced", base, synced},
+		{"back to plain", synced, base},
+		{"rows only", base, rowsOnly},
+		{"cleared", base, cleared},
+		{"from nothing", v1alpha1.ManifestSyncStatus{}, synced},
+	} {
+		patch, err := statusPatch(&c.from, &c.to)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		doc, err := json.Marshal(&v1alpha1.ManifestSync{Status: c.from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patched, err := jsonpatch.MergePatch(doc, patch)
+		if err != nil {
+			t.Fatalf("%s: patch %s: %v", c.name, patch, err)
+		}
+		var got v1alpha1.ManifestSync
+		if err := json.Unmarshal(patched, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Status, c.to) {
+			t.Errorf("%s: patch %s\ngave %+v\nwant %+v", c.name, patch, got.Status, c.to)
+		}
+		if c.name == "same" && string(patch) != `{"status":{}}` {
+			t.Errorf("no change patched %s", patch)
+		}
 	}
 }
