@@ -47,8 +47,8 @@ type Change struct {
 	// health is the object's health as the apply returned it; nil when
 	// nothing was sent (or in a dry run).
 	health *health.Result
-	// digest is the desired object's (DigestAnnotation).
-	digest string
+	// digest is the sum of the desired object's digest (DigestAnnotation).
+	digest digestSum
 
 	// result is, in a dry run, the object sent and, once applied, as the
 	// API server returned it; DryRun compares it with the live object.
@@ -91,7 +91,7 @@ type applier struct {
 
 // apply applies desired, whose digest is given, and says what happened.
 func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured, digest, target string) Change {
-	ch := Change{Item: itemOf(desired, target), digest: digest}
+	ch := Change{Item: itemOf(desired, target), digest: sumOf(digest)}
 	policy, err := a.policyOf(desired)
 	if err != nil {
 		return ch.failed(err)

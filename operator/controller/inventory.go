@@ -122,8 +122,8 @@ func inventoryStream(ms *v1alpha1.ManifestSync) iter.Seq[inventoryItem] {
 // (by target, cluster and inventory id) and without duplicates; items are
 // sorted in place, and their entries are written one at a time (gzipped
 // above threshold bytes of JSON), never all at once.
-func writeInventory(s *v1alpha1.ManifestSyncStatus, items []inventoryItem, threshold int) error {
-	slices.SortFunc(items, func(a, b inventoryItem) int {
+func writeInventory(s *v1alpha1.ManifestSyncStatus, items []*inventoryItem, threshold int) error {
+	slices.SortFunc(items, func(a, b *inventoryItem) int {
 		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.cluster, b.cluster), compareInventoryIDs(a.id, b.id))
 	})
 	w := v1alpha1.NewInventoryWriter(threshold)

@@ -21,7 +21,9 @@ import (
 
 // pruneResult is the inventory after a sync and what pruning did.
 type pruneResult struct {
-	inventory []inventoryItem
+	// inventory points into the targets' records (a fan-out's tens of
+	// thousands of items are not copied to be written).
+	inventory []*inventoryItem
 	pruned    []v1alpha1.ObjectID
 	err       error
 }
@@ -36,7 +38,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 	for _, o := range outcomes {
 		objects += o.target.Len()
 	}
-	res.inventory = make([]inventoryItem, 0, objects)
+	res.inventory = make([]*inventoryItem, 0, objects)
 	done := map[string]bool{}    // targets that synced completely
 	present := map[string]bool{} // targets of this evaluation
 	// A complete record has an entry per desired object: a steady
@@ -96,7 +98,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 		if !slices.Contains(errs, err) { // a cluster's failure, once
 			errs = append(errs, err)
 		}
-		res.inventory = append(res.inventory, it) // retried next time
+		res.inventory = append(res.inventory, &it) // retried next time
 	}
 	clusters := clusterMemo{r: r, ms: ms}
 	fail := func(it inventoryItem, c *cluster, err error) error {
@@ -108,7 +110,7 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 	}
 	for it := range inventory {
 		if present[it.target] && !done[it.target] {
-			res.inventory = append(res.inventory, it) // keep until the target syncs
+			res.inventory = append(res.inventory, &it) // keep until the target syncs
 			continue
 		}
 		if wanted(it) {

@@ -174,11 +174,11 @@ func (o *targetOutcome) state() v1alpha1.TargetState {
 
 // appendOwned appends to items the inventory items of the objects that
 // are ours after the sync.
-func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
+func (o *targetOutcome) appendOwned(items []*inventoryItem) []*inventoryItem {
 	if o.record != nil && !o.record.partial {
-		for _, a := range o.record.objects {
+		for i, a := range o.record.objects {
 			if a.resourceVersion != "" || a.item.missing {
-				items = append(items, a.item)
+				items = append(items, &o.record.objects[i].item) // a record is not changed once made
 			}
 		}
 		return items
@@ -187,7 +187,7 @@ func (o *targetOutcome) appendOwned(items []inventoryItem) []inventoryItem {
 		if c.ours() {
 			it := c.Item
 			it.fields = c.Fields
-			items = append(items, it)
+			items = append(items, &it)
 		}
 	}
 	return items
@@ -285,9 +285,10 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 // record, inventory (the target's entries) rebuilds one.
 func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, a *applier, revision string, t *engine.TargetResult, rec *targetRecord, inventory []inventoryItem) *targetOutcome {
 	out := &targetOutcome{target: t}
+	id := t.ID() // once: every item of the target holds it
 	c, err := r.clusterOf(ctx, ms, t)
 	if err != nil {
-		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
+		out.err = fmt.Errorf("target %q: %w", id, err)
 		return out
 	}
 	a = c.applier(a)
@@ -343,7 +344,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	apply := func(obj *unstructured.Unstructured) error {
 		if !c.remote {
 			if err := r.watchKind(ctx, a.health, obj.GroupVersionKind()); err != nil {
-				out.changes = append(out.changes, Change{Item: itemOf(obj, t.ID()), Action: ActionFailed,
+				out.changes = append(out.changes, Change{Item: itemOf(obj, id), Action: ActionFailed,
 					Err: fmt.Errorf("%s: %w", v1alpha1.IDOf(obj), err)})
 				return nil
 			}
@@ -358,7 +359,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 				return nil
 			}
 		}
-		ch := c.apply(ctx, a, obj, digests[obj], t.ID())
+		ch := c.apply(ctx, a, obj, digests[obj], id)
 		if c.down(ch.Err) {
 			// The cluster is unreachable or refuses us: the other objects
 			// would fail the same way, each after a timeout.
@@ -412,13 +413,13 @@ func newRecord(revision string, generation int64, digest string, changes []Chang
 // change one object of a target (a Secret joining an object set) apply
 // that object only, the others are checked for drift in the cache.
 func unchangedObjects(t *engine.TargetResult, rec *targetRecord) map[v1alpha1.ObjectID]appliedObject {
-	desired := make(map[v1alpha1.ObjectID]string, len(t.Objects))
+	desired := make(map[v1alpha1.ObjectID]digestSum, len(t.Objects))
 	for i, obj := range t.Objects {
-		desired[v1alpha1.IDOf(obj)] = t.Digests[i]
+		desired[v1alpha1.IDOf(obj)] = sumOf(t.Digests[i])
 	}
 	out := map[v1alpha1.ObjectID]appliedObject{}
 	for _, o := range rec.objects {
-		if o.resourceVersion != "" && o.digest != "" && o.digest == desired[o.item.id] {
+		if o.resourceVersion != "" && o.digest != 0 && o.digest == desired[o.item.id] {
 			out[o.item.id] = o
 		}
 	}

@@ -80,7 +80,11 @@ func TestWriteInventoryOrder(t *testing.T) {
 	})
 	for _, threshold := range []int{1 << 20, 10} {
 		ms := &v1alpha1.ManifestSync{}
-		if err := writeInventory(&ms.Status, slices.Clone(items), threshold); err != nil {
+		ptrs := make([]*inventoryItem, len(items))
+		for i := range items {
+			ptrs[i] = &items[i]
+		}
+		if err := writeInventory(&ms.Status, ptrs, threshold); err != nil {
 			t.Fatal(err)
 		}
 		if gz := ms.Status.InventoryGzip != nil; gz != (threshold == 10) {
