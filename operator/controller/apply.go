@@ -41,7 +41,7 @@ type Change struct {
 	ResourceVersion string
 	// Fields is the digest of the fields we own after the apply, when it
 	// is ours (ownedFields).
-	Fields string
+	Fields fieldsDigest
 	// Err says why the object failed or conflicts.
 	Err error
 	// health is the object's health as the apply returned it; nil when

@@ -38,12 +38,12 @@ type cachedMeta struct {
 	resourceVersion string
 	deletion        *metav1.Time
 	labels          map[string]string // {OwnerLabel: owner}, shared by the owner's objects; nil without
-	fields          string            // ownedFields
+	fields          fieldsDigest      // ownedFields
 	// DigestAnnotation, when hasDigest: in sha256 when it is one of ours
 	// ("sha256:" and 64 hex digits, a third of its string), else in
 	// digestText.
 	sha256     [sha256.Size]byte
-	digestText string
+	digestText *string
 	hasDigest  bool
 	hasSHA256  bool
 }
@@ -61,7 +61,7 @@ func newCachedMeta(m *metav1.PartialObjectMetadata, manager string, t *cacheTabl
 	var digest string
 	if digest, c.hasDigest = m.Annotations[DigestAnnotation]; c.hasDigest {
 		if c.sha256, c.hasSHA256 = parseSHA256(digest); !c.hasSHA256 {
-			c.digestText = digest
+			c.digestText = &digest
 		}
 	}
 	if owner, ok := m.Labels[OwnerLabel]; ok {
@@ -73,7 +73,10 @@ func newCachedMeta(m *metav1.PartialObjectMetadata, manager string, t *cacheTabl
 // digest is the DigestAnnotation's value.
 func (c *cachedMeta) digest() string {
 	if !c.hasSHA256 {
-		return c.digestText
+		if c.digestText == nil {
+			return ""
+		}
+		return *c.digestText
 	}
 	return sha256Prefix + hex.EncodeToString(c.sha256[:])
 }
@@ -153,7 +156,7 @@ func (c *cachedMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil
 // GetAnnotations are the digest annotation and, under cachedFieldsKey,
 // the digest of our fields, in a map of the caller's.
 func (c *cachedMeta) GetAnnotations() map[string]string {
-	a := map[string]string{cachedFieldsKey: c.fields}
+	a := map[string]string{cachedFieldsKey: c.fields.String()}
 	if c.hasDigest {
 		a[DigestAnnotation] = c.digest()
 	}

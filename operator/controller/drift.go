@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -28,13 +29,45 @@ import (
 // each applied object and kept in the inventory, so that a restarted
 // operator knows what it left.
 
+// fieldsDigest is ownedFields' digest: the first 8 bytes of a sha256,
+// spelled in 16 hex digits in the inventory and the cache's annotation;
+// zero when the manager owns no field. Records and the cache keep one
+// per object (tens of thousands in a fan-out) as a number.
+type fieldsDigest uint64
+
+// String is d in hex, or "" for zero.
+func (d fieldsDigest) String() string {
+	if d == 0 {
+		return ""
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(d))
+	return hex.EncodeToString(b[:])
+}
+
+// parseFieldsDigest reads String's spelling; anything else is zero, no
+// digest (what an older operator's record without one means).
+func parseFieldsDigest(s string) fieldsDigest {
+	var b [8]byte
+	if len(s) != 2*len(b) {
+		return 0
+	}
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
+		return 0
+	}
+	return fieldsDigest(binary.BigEndian.Uint64(b[:]))
+}
+
 // ownedFields is the digest of the fields manager owns in obj by
 // server-side apply (not those of a subresource) and of the values of our
-// owner label and digest annotation, or "" when manager owns no field.
+// owner label and digest annotation, or zero when manager owns no field.
 // The field sets are compared as sets, whatever their encoding.
-func ownedFields(obj metav1.Object, manager string) string {
+func ownedFields(obj metav1.Object, manager string) fieldsDigest {
+	if c, ok := obj.(*cachedMeta); ok {
+		return c.fields
+	}
 	if fields, ok := obj.GetAnnotations()[cachedFieldsKey]; ok && obj.GetManagedFields() == nil {
-		return fields // as the managed cache's transform found them
+		return parseFieldsDigest(fields) // as the managed cache's transform found them
 	}
 	lines := []string{"owner " + obj.GetLabels()[OwnerLabel] + "\n", "digest " + obj.GetAnnotations()[DigestAnnotation] + "\n"}
 	owns := false
@@ -53,11 +86,11 @@ func ownedFields(obj metav1.Object, manager string) string {
 		owns = true
 	}
 	if !owns {
-		return ""
+		return 0
 	}
 	slices.Sort(lines)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "")))
-	return hex.EncodeToString(sum[:8])
+	return fieldsDigest(binary.BigEndian.Uint64(sum[:8]))
 }
 
 // ownEntry reports whether e is manager's apply of the object itself.
@@ -96,7 +129,7 @@ func keepOwnFields(manager string) toolscache.TransformFunc {
 		if annotations == nil {
 			annotations = map[string]string{}
 		}
-		annotations[cachedFieldsKey] = ownedFields(obj, manager)
+		annotations[cachedFieldsKey] = ownedFields(obj, manager).String()
 		obj.SetAnnotations(annotations)
 		obj.SetManagedFields(nil)
 		return in, nil
@@ -107,7 +140,7 @@ func keepOwnFields(manager string) toolscache.TransformFunc {
 // is gone.
 type liveObject struct {
 	resourceVersion string
-	fields          string // ownedFields
+	fields          fieldsDigest
 }
 
 // isDrift reports whether the object changed, since it was applied as o,
@@ -120,7 +153,7 @@ func (o appliedObject) isDrift(now liveObject) bool {
 	case "":
 		return true
 	}
-	return o.item.fields == "" || now.fields != o.item.fields
+	return o.item.fields == 0 || now.fields != o.item.fields
 }
 
 // observe reads an applied object's version and owned fields from the

@@ -33,7 +33,7 @@ type inventoryItem struct {
 	// left so.
 	drifted bool
 	// fields is the digest of the fields we own in it (ownedFields).
-	fields string
+	fields fieldsDigest
 }
 
 // describe names the object in messages, with its cluster when remote:
@@ -57,7 +57,7 @@ func (it inventoryItem) gvk() schema.GroupVersionKind {
 }
 
 func (it inventoryItem) entry() v1alpha1.InventoryEntry {
-	return v1alpha1.InventoryEntry{ID: it.id.InventoryID(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing, Drifted: it.drifted, Fields: it.fields}
+	return v1alpha1.InventoryEntry{ID: it.id.InventoryID(), Version: it.version, Target: it.target, Cluster: it.cluster, Missing: it.missing, Drifted: it.drifted, Fields: it.fields.String()}
 }
 
 func itemOf(obj *unstructured.Unstructured, target string) inventoryItem {
@@ -92,7 +92,7 @@ func eachInventoryItem(ms *v1alpha1.ManifestSync, fn func(inventoryItem) bool) e
 		if err != nil || e.Version == "" {
 			return nil
 		}
-		if !fn(inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: e.Fields}) {
+		if !fn(inventoryItem{id: id, version: e.Version, target: e.Target, cluster: e.Cluster, missing: e.Missing, drifted: e.Drifted, fields: parseFieldsDigest(e.Fields)}) {
 			return stop
 		}
 		return nil

@@ -57,7 +57,7 @@ func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem
 	o := appliedObject{item: it}
 	left := policy == v1alpha1.DriftReport || policy == v1alpha1.DriftIgnore // drift is left as it is
 	switch {
-	case (it.missing || it.drifted) && !left, it.fields == "":
+	case (it.missing || it.drifted) && !left, it.fields == 0:
 		return o, false
 	case it.missing:
 		return o, true

@@ -66,7 +66,7 @@ func TestWriteInventoryOrder(t *testing.T) {
 	for _, target := range []string{"b", "a"} {
 		for _, cluster := range []string{"remote/kubeconfig", ""} {
 			for _, id := range slices.Backward(ids) {
-				items = append(items, inventoryItem{id: id, version: "v1", target: target, cluster: cluster, fields: "f"})
+				items = append(items, inventoryItem{id: id, version: "v1", target: target, cluster: cluster, fields: 0xf})
 			}
 		}
 	}
@@ -477,6 +477,21 @@ func TestStatusPatch(t *testing.T) {
 		}
 		if c.name == "same" && string(patch) != `{"status":{}}` {
 			t.Errorf("no change patched %s", patch)
+		}
+	}
+}
+
+// A fields digest reads back as it is spelled in inventories written
+// before it was kept as a number (16 hex digits); anything else is none.
+func TestFieldsDigestSpelling(t *testing.T) {
+	for _, s := range []string{"0123456789abcdef", "ffffffffffffffff", "00000000000000a1"} {
+		if d := parseFieldsDigest(s); d == 0 || d.String() != s {
+			t.Errorf("%q reads back as %q", s, d.String())
+		}
+	}
+	for _, s := range []string{"", "0123", "0123456789abcdeg", "0123456789abcdef0"} {
+		if d := parseFieldsDigest(s); d != 0 || d.String() != "" {
+			t.Errorf("%q read as the digest %q", s, d.String())
 		}
 	}
 }
