@@ -202,7 +202,9 @@ func (r *Reconciler) forSource(gvk schema.GroupVersionKind) handler.MapFunc {
 
 func (r *Reconciler) listBy(ctx context.Context, index, key string) []reconcile.Request {
 	var list v1alpha1.ManifestSyncList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{index: key}); err != nil {
+	// Only names are read: the cache's objects are not copied (a fan-out's
+	// status is a thousand rows and its inventory).
+	if err := r.Client.List(ctx, &list, client.MatchingFields{index: key}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing ManifestSyncs", "index", index)
 		return nil
 	}
