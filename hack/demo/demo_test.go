@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,5 +18,27 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	if err := run(ctx, true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGitDaemonStops: stopping the demo's git server stops the server
+// itself, not only the `git` that started it (git-daemon, its child,
+// kept the port and outlived every demo).
+func TestGitDaemonStops(t *testing.T) {
+	url, stop, err := startGitDaemon(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(url, "git://")
+	stop()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return // nothing listens any more
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still accepts connections after the git server was stopped", addr)
+		}
 	}
 }

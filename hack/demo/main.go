@@ -198,10 +198,14 @@ func startGitDaemon(ctx context.Context, dir string) (string, func(), error) {
 	cmd := exec.CommandContext(ctx, "git", "daemon", "--reuseaddr", "--export-all",
 		"--base-path="+dir, "--listen=127.0.0.1", "--port="+strconv.Itoa(port))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}
+	// `git daemon` runs git-daemon as a child of its own: the two are
+	// stopped as a process group, or the server outlives the demo.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("git daemon: %w", err)
 	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	stop := func() { _ = cmd.Cancel(); _ = cmd.Wait() }
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
