@@ -22,10 +22,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 const usage = `usage:
   image build [-o DIR] [-platforms LIST] [-version V] [-source URL] [-licenses SPDX] [-ca FILE]
+  image compile [-platforms LIST]
   image push [-layout DIR] IMAGE
 `
 
@@ -45,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "build":
 		err = runBuild(ctx, args[1:], stdout, stderr)
+	case "compile":
+		err = runCompile(ctx, args[1:], stderr)
 	case "push":
 		err = runPush(ctx, args[1:], stdout, stderr)
 	default:
@@ -95,14 +100,9 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	bins := map[string]string{}
-	for _, p := range plats {
-		bin := filepath.Join(binDir, "engine-"+strings.ReplaceAll(p.String(), "/", "-"))
-		fmt.Fprintf(stderr, "image: building engine for %s\n", p)
-		if err := compileEngine(ctx, ".", p, meta, bin); err != nil {
-			return err
-		}
-		bins[p.String()] = bin
+	bins, err := compileAll(ctx, binDir, plats, meta, stderr)
+	if err != nil {
+		return err
 	}
 	base, err := loadBase(*ca)
 	if err != nil {
@@ -116,6 +116,84 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return describe(stdout, *out, idx, meta, time.Since(start))
+}
+
+// runCompile builds the engine for every platform exactly as build does,
+// and throws the binaries away: what it leaves is Go's build cache, full.
+// make test runs it before the tests, so that the image test's cold
+// cross-builds (the longest step of a first run) happen in the open, with
+// their progress shown, and not under a test's timeout.
+func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("image compile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "platforms to build for, comma-separated")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("compile takes no arguments, got %q", fs.Args())
+	}
+	plats, err := parsePlatforms(*platforms)
+	if err != nil {
+		return err
+	}
+	meta, err := gitMeta(ctx, ".")
+	if err != nil {
+		return err
+	}
+	binDir, err := os.MkdirTemp("", "manifestsync-compile-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	_, err = compileAll(ctx, binDir, plats, meta, stderr)
+	return err
+}
+
+// compileAll builds the engine for each platform into dir and returns the
+// binaries by platform. It says which build runs, every progressEvery
+// while it does (a cold cross-build takes minutes), and how long each took.
+func compileAll(ctx context.Context, dir string, plats []v1.Platform, meta Meta, stderr io.Writer) (map[string]string, error) {
+	bins := map[string]string{}
+	for _, p := range plats {
+		bin := filepath.Join(dir, "engine-"+strings.ReplaceAll(p.String(), "/", "-"))
+		what := "engine for " + p.String()
+		fmt.Fprintf(stderr, "image: building %s\n", what)
+		start := time.Now()
+		stop := progress(stderr, what, start, progressEvery)
+		err := compileEngine(ctx, ".", p, meta, bin)
+		stop()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "image: built %s in %s\n", what, time.Since(start).Round(time.Second))
+		bins[p.String()] = bin
+	}
+	return bins, nil
+}
+
+// progressEvery is how often a long build says it is still running.
+const progressEvery = 30 * time.Second
+
+// progress prints "image: still building WHAT (ELAPSED)" to w every
+// period until the returned function is called.
+func progress(w io.Writer, what string, start time.Time, period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				fmt.Fprintf(w, "image: still building %s (%s)\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 func runPush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
