@@ -99,6 +99,15 @@ func TestSourceSeriesFollowTheSpec(t *testing.T) {
 // other tests changes the series of theirs meanwhile.
 func seriesIn(t *testing.T, c prometheus.Collector, ns string) int {
 	t.Helper()
+	return seriesWith(t, c, prometheus.Labels{"namespace": ns})
+}
+
+// seriesWith counts the series of c that carry every label of want. A
+// vector curried with labels still collects every series of the vector
+// (every test's, in this shared registry), so a test counts its own
+// series with this, never with testutil.CollectAndCount.
+func seriesWith(t *testing.T, c prometheus.Collector, want prometheus.Labels) int {
+	t.Helper()
 	ch := make(chan prometheus.Metric)
 	go func() {
 		c.Collect(ch)
@@ -111,10 +120,14 @@ func seriesIn(t *testing.T, c prometheus.Collector, ns string) int {
 			t.Error(err)
 			continue
 		}
+		matched := 0
 		for _, l := range out.GetLabel() {
-			if l.GetName() == "namespace" && l.GetValue() == ns {
-				n++
+			if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+				matched++
 			}
+		}
+		if matched == len(want) {
+			n++
 		}
 	}
 	return n

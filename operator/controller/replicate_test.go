@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,7 +174,7 @@ func TestKustomizeSourceOverGit(t *testing.T) {
 	if n := counterValue(gitFetchesTotal.WithLabelValues(home, "kustomize", "repo", "success")); n < 1 {
 		t.Errorf("successful git fetches: %v, want at least 1", n)
 	}
-	if n := testutil.CollectAndCount(sourceDuration.MustCurryWith(prometheus.Labels{"namespace": home, "name": "kustomize"})); n != 1 {
+	if n := seriesWith(t, sourceDuration, prometheus.Labels{"namespace": home, "name": "kustomize"}); n != 1 {
 		t.Errorf("%d source duration series, want 1 (the git source; the kustomize source reads nothing)", n)
 	}
 	if src := got.Status.Inputs.Sources; src["repo"] != "main@sha1:4f2c0000" || src["app"] != "main@sha1:4f2c0000" {
