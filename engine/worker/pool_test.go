@@ -264,7 +264,7 @@ func TestPoolTimeout(t *testing.T) {
 	if err == nil || err.Error() != "evaluation was killed: timeout of 300ms exceeded" {
 		t.Fatalf("got %v", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // unkilled, 2^40 steps
 		t.Errorf("took %v", d)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

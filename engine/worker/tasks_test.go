@@ -160,7 +160,7 @@ func TestPoolGrace(t *testing.T) {
 	if !errors.As(err, &killed) || err.Error() != "evaluation was killed: timeout of 500ms exceeded" {
 		t.Errorf("slow package: %v", err)
 	}
-	if d := time.Since(start); d < timeout+time.Second || d > 5*time.Second {
+	if d := time.Since(start); d < timeout+time.Second || d > 30*time.Second {
 		t.Errorf("slow package killed after %v, want the timeout and the grace", d)
 	}
 }

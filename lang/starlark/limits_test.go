@@ -120,7 +120,7 @@ func TestLimitsEndEvaluation(t *testing.T) {
 			if err == nil {
 				_, err = in.Call(t.Context(), m, "main")
 			}
-			if d := time.Since(start); d > 3*time.Second {
+			if d := time.Since(start); d > 30*time.Second { // unlimited, none ends
 				t.Errorf("took %v", d)
 			}
 			var le *LimitError
@@ -267,7 +267,7 @@ func TestObjects(t *testing.T) {
 			}
 			start := time.Now()
 			objs, err := tt.limits.Objects(v)
-			if d := time.Since(start); d > 2*time.Second {
+			if d := time.Since(start); d > 30*time.Second { // unlimited: 2^60 elements
 				t.Errorf("took %v", d)
 			}
 			if tt.err != "" {
