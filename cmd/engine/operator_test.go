@@ -85,11 +85,11 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 	if err := env.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, probe(http.StatusInternalServerError, "0"))
+	testenv.Eventually(t, 30*time.Second, probe(http.StatusInternalServerError, "0"))
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, probe(http.StatusOK, "1"))
+	testenv.Eventually(t, 30*time.Second, probe(http.StatusOK, "1"))
 }
 
 // An operator started while the API server is down waits for it, and

@@ -168,7 +168,7 @@ func TestHealthWithoutWait(t *testing.T) {
 		t.Errorf("Healthy = %+v", c)
 	}
 	rollOut(t, ns, "api")
-	eventually(t, 2*time.Second, func() error {
+	eventually(t, timeout, func() error {
 		cur := &v1alpha1.ManifestSync{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
 			return err

@@ -117,7 +117,7 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	eventually(t, 30*time.Second, func() error {
+	eventually(t, timeout, func() error {
 		if n := copies(t, "sixth"); n != fanout {
 			return fmt.Errorf("sixth: %d copies of %d", n, fanout)
 		}

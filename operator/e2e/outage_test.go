@@ -61,11 +61,13 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 	}
 	t.Cleanup(start) // before the ManifestSync's deletion
-	eventually(t, 5*time.Second, op.readiness(http.StatusInternalServerError, 0))
+	eventually(t, timeout, op.readiness(http.StatusInternalServerError, 0))
 	t.Logf("not ready %v after the API server stopped", time.Since(stopped).Round(time.Millisecond))
 	time.Sleep(time.Until(stopped.Add(20 * time.Second)))
-	if lines := op.logs.with("API server unreachable", "connection refused"); len(lines) != 1 {
-		t.Errorf("%d log lines say the API server is unreachable, want 1: %q", len(lines), lines)
+	// Once, with the probe's error: which error (connection refused, a
+	// reset, a timeout) is the machine's to decide, not the operator's.
+	if lines := op.logs.with("API server unreachable", "GET /readyz: "); len(lines) != 1 {
+		t.Errorf("%d log lines say why the API server is unreachable, want 1: %q (every line: %q)", len(lines), lines, op.logs.with("unreachable"))
 	}
 
 	start()
@@ -85,7 +87,9 @@ func TestAPIServerOutage(t *testing.T) {
 	updateSpec(t, key, func(ms *v1alpha1.ManifestSync) {
 		ms.Spec.Targets = append(ms.Spec.Targets, v1alpha1.Target{Name: "other", Namespace: other})
 	})
-	within := 5*time.Second + 3*time.Second // slack for a loaded machine
+	// Under client-go's backoff the watches came back after 40-56 s; the
+	// probe reopens them within its period (seconds even at load 15).
+	within := 25 * time.Second
 	deadline := time.Until(answering.Add(within))
 	eventually(t, deadline, hasData(target, "src", "v", "2"))
 	eventually(t, time.Until(answering.Add(within)), hasData(other, "src", "v", "2"))
