@@ -81,15 +81,15 @@ func TestOperatorAPIServerProbe(t *testing.T) {
 			return nil
 		}
 	}
-	testenv.Eventually(t, 20*time.Second, probe(http.StatusOK, "1"))
+	testenv.Eventually(t, time.Minute, probe(http.StatusOK, "1"))
 	if err := env.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, probe(http.StatusInternalServerError, "0"))
+	testenv.Eventually(t, time.Minute, probe(http.StatusInternalServerError, "0"))
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, probe(http.StatusOK, "1"))
+	testenv.Eventually(t, time.Minute, probe(http.StatusOK, "1"))
 }
 
 // An operator started while the API server is down waits for it, and
@@ -109,7 +109,7 @@ func TestOperatorStartsDuringOutage(t *testing.T) {
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		res, err := http.Get("http://" + op.probes + "/readyz")
 		if err != nil {
 			return err

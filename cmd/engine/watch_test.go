@@ -57,11 +57,11 @@ func newLineReader(r io.Reader) *lineReader {
 }
 
 // expect reads lines until one matches re; it fails the test at the end
-// of the output or after 20 seconds.
+// of the output or after a minute.
 func (lr *lineReader) expect(t *testing.T, what, re string) {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(time.Minute)
 	for {
 		select {
 		case l, ok := <-lr.lines:
@@ -209,8 +209,8 @@ func exitsZero(t *testing.T, cmd *exec.Cmd, what string, readers ...*lineReader)
 		} else if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("eval --watch did not exit within 10s of %s", what)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("eval --watch did not exit within 30s of %s", what)
 	}
 }
 

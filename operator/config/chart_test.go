@@ -150,7 +150,7 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 		}
 		if o.GroupVersionKind().Group == "monitoring.coreos.com" {
 			// The CRDs just installed take a moment to be served.
-			testenv.Eventually(t, 10*time.Second, func() error {
+			testenv.Eventually(t, time.Minute, func() error {
 				if err := apply(); meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 					return err
 				}

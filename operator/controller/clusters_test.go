@@ -184,7 +184,7 @@ func TestRemoteClusterOutage(t *testing.T) {
 
 	start()
 	restarted := time.Now()
-	eventually(t, 20*time.Second, func() error {
+	eventually(t, timeout, func() error {
 		cm, err := remoteConfigMap(remoteNS, "cfg")
 		if err != nil {
 			return err
@@ -308,7 +308,7 @@ func TestDeletionTimeoutOnUnreachableCluster(t *testing.T) {
 	}
 	// The remote copy is left as it was.
 	start()
-	eventually(t, 20*time.Second, func() error {
+	eventually(t, timeout, func() error {
 		_, err := remoteConfigMap(remoteNS, "cfg")
 		return err
 	})

@@ -125,7 +125,7 @@ func TestKillAPIServer(t *testing.T) {
 // once for want of etcd progress notifications.
 func TestWatchFromZeroSeesChanges(t *testing.T) {
 	env.Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns := env.Namespace(t, nil)
 	cs, err := kubernetes.NewForConfig(env.Config)
