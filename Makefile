@@ -41,6 +41,10 @@ test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd,
 	$(GO) run ./hack/image compile
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
+.PHONY: test-loaded
+test-loaded: ## Run make test while busy loops load the machine (LOAD=13 of them: a load average of about 15 on 2 cores).
+	hack/loaded.sh $(MAKE) test
+
 .PHONY: ci-cold
 ci-cold: ## Run .ci/run (make verify, make test) as on a fresh machine: empty Go module and build caches, no bin/.
 	CI_COLD=1 .ci/run
