@@ -13,12 +13,75 @@
 # Each program is rebuilt only when the sources it is built from change:
 # beside it, NAME.stamp holds the sha256 of its tools module's go.mod, go.sum
 # and main package, and a build whose stamp differs (or is absent) runs again.
+# A build says which program it builds, how long it has been building every
+# ENVTEST_PROGRESS_EVERY seconds (30) and what it took, on stderr: a cold
+# one is long and would otherwise be silent. `make test`, `make demo` and
+# `make bench` all use this directory: one build serves them all.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 assets="$root/bin/envtest"
+every=${ENVTEST_PROGRESS_EVERY:-30}
 mkdir -p "$assets"
 
 log() { echo "envtest: $*" >&2; }
+
+# duration SECONDS prints them as 7m05s, or 42s under a minute.
+duration() {
+  if [ "$1" -ge 60 ]; then
+    printf '%dm%02ds' $(($1 / 60)) $(($1 % 60))
+  else
+    printf '%ds' "$1"
+  fi
+}
+
+# ticker NAME START says every $every seconds how long NAME has been
+# building since START (a value of $SECONDS), until it is sent SIGTERM; its
+# sleep goes with it, so that nothing holds stderr open after the build.
+ticker() {
+  local sleeper=""
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "$every" &
+    sleeper=$!
+    wait "$sleeper" || true
+    log "building $1 ... $(duration $((SECONDS - $2)))"
+  done
+}
+
+ticking="" # the running ticker's pid
+stop_ticker() {
+  [ -n "$ticking" ] || return 0
+  kill "$ticking" 2>/dev/null || true
+  wait "$ticking" 2>/dev/null || true
+  ticking=""
+}
+trap stop_ticker EXIT
+
+# timed NAME ABOUT CMD... builds NAME with CMD in the foreground (Ctrl-C
+# stops it as usual) while a ticker reports its progress, then says what
+# it took.
+timed() {
+  local name=$1 start=$SECONDS rc=0
+  log "building $name ($2)"
+  shift 2
+  ticker "$name" "$start" >&2 </dev/null &
+  ticking=$!
+  "$@" || rc=$?
+  stop_ticker
+  if [ "$rc" -eq 0 ]; then
+    log "built $name in $(duration $((SECONDS - start)))"
+  else
+    log "building $name failed after $(duration $((SECONDS - start)))"
+  fi
+  return "$rc"
+}
+
+# indir DIR CMD... runs CMD in DIR.
+indir() {
+  local dir=$1
+  shift
+  (cd "$dir" && "$@")
+}
 
 if [ ! -x "$assets/etcd" ]; then
   etcd=$(command -v etcd || true)
@@ -66,10 +129,9 @@ build() {
   local name=$1 mod=$2 dir=$3 about=$4 sum ldflags=""
   sum=$(stamp "$mod" "$dir")
   fresh "$name" "$sum" && return 0
-  log "building $name ($about)"
   [ "$mod" = kube-apiserver ] && ldflags=$(k8s_ldflags)
   rm -f "$assets/$name.stamp"
-  (cd "$root/hack/tools/$mod" && go build -trimpath -ldflags "$ldflags" -o "$assets/$name" "./$dir")
+  timed "$name" "$about" indir "$root/hack/tools/$mod" go build -trimpath -ldflags "$ldflags" -o "$assets/$name" "./$dir"
   echo "$sum" >"$assets/$name.stamp"
 }
 
@@ -77,12 +139,16 @@ build kube-apiserver kube-apiserver . "cold: about 7 minutes on 2 cores"
 build kube-controller-manager kube-apiserver kube-controller-manager "cold: about 2 minutes more on 2 cores"
 build kube-scheduler kube-apiserver kube-scheduler "cold: about 1 minute more on 2 cores"
 
+# build_kwok builds kwok and writes its default stages.
+build_kwok() {
+  indir "$root/hack/tools/kwok" go build -trimpath -o "$assets/kwok" sigs.k8s.io/kwok/cmd/kwok &&
+    indir "$root/hack/tools/kwok" go run ./stages >"$assets/kwok.yaml.tmp"
+}
+
 kwok_sum=$(stamp kwok stages)
 if ! fresh kwok "$kwok_sum" || [ ! -s "$assets/kwok.yaml" ]; then
-  log "building kwok (cold: about 3 minutes on 2 cores)"
   rm -f "$assets/kwok.stamp"
-  (cd "$root/hack/tools/kwok" && go build -trimpath -o "$assets/kwok" sigs.k8s.io/kwok/cmd/kwok &&
-    go run ./stages >"$assets/kwok.yaml.tmp")
+  timed kwok "cold: about 3 minutes on 2 cores" build_kwok
   mv "$assets/kwok.yaml.tmp" "$assets/kwok.yaml"
   echo "$kwok_sum" >"$assets/kwok.stamp"
 fi

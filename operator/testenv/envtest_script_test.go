@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -11,8 +12,8 @@ import (
 )
 
 // fakeGo stands in for go in PATH: it logs each build to $GO_LOG, creates
-// the program it was asked to build, answers go list with a version, and
-// prints a stage for go run.
+// the program it was asked to build (after $GO_SLEEP seconds, when set),
+// answers go list with a version, and prints a stage for go run.
 const fakeGo = `#!/bin/sh
 case "$1" in
 list) echo v1.37.1 ;;
@@ -25,6 +26,7 @@ build)
     prev="$a"
   done
   echo "build $(basename "$out")" >>"$GO_LOG"
+  [ -z "$GO_SLEEP" ] || sleep "$GO_SLEEP"
   printf '#!/bin/sh\n' >"$out"
   chmod +x "$out" ;;
 esac
@@ -80,24 +82,92 @@ func envtestTree(t *testing.T) string {
 // runEnvtest runs the tree's hack/envtest.sh and returns what it built.
 func runEnvtest(t *testing.T, tree string) []string {
 	t.Helper()
+	built, _ := runEnvtestLog(t, tree)
+	return built
+}
+
+// runEnvtestLog runs the tree's hack/envtest.sh and returns what it built
+// and what it said on stderr.
+func runEnvtestLog(t *testing.T, tree string) (built []string, stderr string) {
+	t.Helper()
 	_ = os.Remove(os.Getenv("GO_LOG"))
 	cmd := exec.Command(filepath.Join(tree, "hack", "envtest.sh"))
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("envtest.sh: %v: %s", err, err.(*exec.ExitError).Stderr)
+		t.Fatalf("envtest.sh: %v: %s", err, errBuf.String())
 	}
 	if got, want := strings.TrimSpace(string(out)), filepath.Join(tree, "bin", "envtest"); got != want {
 		t.Errorf("envtest.sh printed %q, want %q", got, want)
 	}
 	raw, err := os.ReadFile(os.Getenv("GO_LOG"))
 	if os.IsNotExist(err) {
-		return nil
+		return nil, errBuf.String()
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	built := strings.Fields(strings.ReplaceAll(string(raw), "build ", ""))
+	built = strings.Fields(strings.ReplaceAll(string(raw), "build ", ""))
 	slices.Sort(built)
-	return built
+	return built, errBuf.String()
+}
+
+// appendTo adds a line to a file of the tree, which changes its stamp.
+func appendTo(t *testing.T, file string) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("// changed\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A build says which program it builds, how long it has been at it while
+// it runs (a cold build of kube-apiserver was silent for 26 minutes) and
+// what it took; and the script ends when the build does: no ticker or
+// sleep of its own outlives it holding stderr, which a caller such as
+// `make demo 2>&1 | tee` reads to its end.
+func TestEnvtestShowsProgress(t *testing.T) {
+	tree := envtestTree(t)
+	if got := runEnvtest(t, tree); len(got) != 4 {
+		t.Fatalf("the first run built %v, want all four", got)
+	}
+
+	scheduler := filepath.Join(tree, "hack", "tools", "kube-apiserver", "kube-scheduler", "main.go")
+	appendTo(t, scheduler)
+	t.Setenv("GO_SLEEP", "3")
+	t.Setenv("ENVTEST_PROGRESS_EVERY", "1")
+	built, log := runEnvtestLog(t, tree)
+	if !slices.Equal(built, []string{"kube-scheduler"}) {
+		t.Fatalf("built %v, want kube-scheduler", built)
+	}
+	for _, re := range []string{
+		`(?m)^envtest: building kube-scheduler \(cold: [^)]*\)$`,
+		`(?m)^envtest: building kube-scheduler \.\.\. [0-9]+s$`,
+		`(?m)^envtest: built kube-scheduler in [0-9]+s$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(log) {
+			t.Errorf("stderr does not match %s:\n%s", re, log)
+		}
+	}
+
+	// A ticker that is not stopped, or whose sleep is left behind, keeps
+	// stderr open for a whole interval after the build.
+	appendTo(t, scheduler)
+	t.Setenv("GO_SLEEP", "")
+	t.Setenv("ENVTEST_PROGRESS_EVERY", "120")
+	start := time.Now()
+	if built, log := runEnvtestLog(t, tree); !slices.Equal(built, []string{"kube-scheduler"}) {
+		t.Fatalf("built %v, want kube-scheduler:\n%s", built, log)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("envtest.sh took %s for a build of no time: something held its stderr", took)
+	}
 }
 
 // hack/envtest.sh rebuilds a program when what it is built from changes,
@@ -128,15 +198,7 @@ func TestEnvtestRebuildsOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("after touching go.mod, envtest.sh built %v, want nothing", got)
 	}
 
-	main := filepath.Join(tree, "hack", "tools", "kube-apiserver", "kube-scheduler", "main.go")
-	f, err := os.OpenFile(main, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("// changed\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	appendTo(t, filepath.Join(tree, "hack", "tools", "kube-apiserver", "kube-scheduler", "main.go"))
 	if got := runEnvtest(t, tree); !slices.Equal(got, []string{"kube-scheduler"}) {
 		t.Fatalf("after changing kube-scheduler's main.go, envtest.sh built %v, want kube-scheduler", got)
 	}
