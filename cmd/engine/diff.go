@@ -173,7 +173,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	kc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
 	cfg, err := kc.ClientConfig()
 	if err != nil {
-		return usageErr("diff: kubeconfig: %w", err)
+		return kubeconfigErr("diff", err)
 	}
 	cfg.Timeout = f.timeout
 	cfg.UserAgent = programName + "-diff/" + buildVersion()
@@ -191,7 +191,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	ms := sf.Sync.DeepCopy()
 	if ms.Namespace == "" {
 		if ms.Namespace, _, err = kc.Namespace(); err != nil {
-			return usageErr("diff: kubeconfig: %w", err)
+			return kubeconfigErr("diff", err)
 		}
 	}
 	res, err := evaluateForDiff(ctx, pool, c, sf, ms, f)

@@ -41,14 +41,14 @@ func (f *clusterFlags) client(cmd, name string) (client.Client, client.ObjectKey
 	kc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
 	cfg, err := kc.ClientConfig()
 	if err != nil {
-		return nil, client.ObjectKey{}, usageErr("%s: kubeconfig: %w", cmd, err)
+		return nil, client.ObjectKey{}, kubeconfigErr(cmd, err)
 	}
 	cfg.Timeout = f.timeout
 	cfg.UserAgent = programName + "-" + cmd + "/" + buildVersion()
 	key := client.ObjectKey{Namespace: f.namespace, Name: name}
 	if key.Namespace == "" {
 		if key.Namespace, _, err = kc.Namespace(); err != nil {
-			return nil, key, usageErr("%s: kubeconfig: %w", cmd, err)
+			return nil, key, kubeconfigErr(cmd, err)
 		}
 	}
 	scheme := runtime.NewScheme()
@@ -60,6 +60,17 @@ func (f *clusterFlags) client(cmd, name string) (client.Client, client.ObjectKey
 		return nil, key, usageErr("%s: connecting to %s: %w", cmd, cfg.Host, err)
 	}
 	return c, key, nil
+}
+
+// kubeconfigErr is the usage error of command cmd that could not load a
+// kubeconfig. When there is none at all, client-go's error says to set
+// KUBERNETES_MASTER, which helps nobody: this one names where a kubeconfig
+// is looked for, and the one `make demo` writes for its local cluster.
+func kubeconfigErr(cmd string, err error) error {
+	if clientcmd.IsEmptyConfig(err) {
+		return usageErr("%s: no cluster: --kubeconfig, $KUBECONFIG or ~/.kube/config (after make demo: --kubeconfig bin/demo/kubeconfig)", cmd)
+	}
+	return usageErr("%s: kubeconfig: %w", cmd, err)
 }
 
 // notFound makes a missing ManifestSync's error say which.
