@@ -45,7 +45,7 @@ var assertModule = Module{
 		{"lt", "assert.lt(a, b, msg=None)", "Fails unless a < b; comparing values of different types is an error."},
 		{"contains", "assert.contains(container, x, msg=None)", "Fails unless x in container: an element of a list or tuple, a key of a dict, a substring of a string."},
 		{"fails", "assert.fails(fn, pattern) -> str", "Calls fn() and fails unless it fails with an error whose message matches the regular expression pattern (re.search semantics). Returns the error message, for further checks."},
-		{"golden", "assert.golden(got, path, msg=None)", "A snapshot test: fails unless got (a str as it is, any other value as yaml.encode renders it) equals the content of the golden file at path (a path in the test's tree, as for cue.validate: \"testdata/dev.yaml\"), showing a diff of the two. Under `engine test --update` it passes and (re)writes the file with got instead."},
+		{"golden", "assert.golden(got, path, msg=None)", "A snapshot test: fails unless got (a str as it is, any other value as yaml.encode renders it) equals the content of the golden file at path (resolved as load() resolves modules: \"testdata/dev.yaml\" is next to the test file, \"//testdata/dev.yaml\" at the root of its tree), showing a diff of the two. Under `engine test --update` it passes and (re)writes the file with got instead."},
 	},
 }
 

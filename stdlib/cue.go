@@ -1,7 +1,6 @@
 package stdlib
 
 import (
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -24,7 +23,8 @@ import (
 //
 // A schema or program is CUE text, or the path of a directory of a source
 // snapshot that holds a CUE package (or of one .cue file: its directory's
-// package), resolved as load() resolves paths. A string that names no file
+// package), resolved as load() resolves paths: relative to the file that
+// calls the built-in. A string that names no file
 // or directory of the snapshot and contains a ':' or '{' is CUE text.
 var CUE = &starlarkstruct.Module{
 	Name: "cue",
@@ -36,7 +36,7 @@ var CUE = &starlarkstruct.Module{
 
 var cueModule = Module{
 	Name:  "cue",
-	Doc:   "Validates values against CUE schemas and evaluates CUE programs. A schema or program argument is CUE text, or a path in a source snapshot (\"schemas\", \"@repo//schemas\") naming a directory with a CUE package or a .cue file. Compiled packages are cached by content, so calling these once per target costs one compilation.",
+	Doc:   "Validates values against CUE schemas and evaluates CUE programs. A schema or program argument is CUE text, or a path in a source snapshot naming a directory with a CUE package or a .cue file, resolved as load() resolves modules: \"schemas\" is next to the calling file, \"//schemas\" at the root of its source, \"@repo//schemas\" in source repo. Compiled packages are cached by content, so calling these once per target costs one compilation.",
 	Value: CUE,
 	Funcs: []Func{
 		{"validate", "cue.validate(obj, schema, definition=None) -> dict", "Unifies the dict obj with the schema's #<Kind> and #Object definitions (as spec.schemas does), or with the named definition alone (\"#Params\"), and returns obj with the schema's defaults filled in. Fails listing every violation with its field, rule and the schema's file:line."},
@@ -58,7 +58,7 @@ func cueValidate(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 		return nil, fmt.Errorf("obj: %w", err)
 	}
 	obj := x.(map[string]any)
-	name, files, dir, err := cueInput(lstar.ContextOf(thread), schema)
+	name, files, dir, err := cueInput(thread, schema)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func cueExport(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		values = x.(map[string]any)
 	}
 	ctx := lstar.ContextOf(thread)
-	name, files, dir, err := cueInput(ctx, program)
+	name, files, dir, err := cueInput(thread, program)
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +129,11 @@ func cueExport(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 const inlineCUEFile = "<cue>.cue"
 
 // cueInput finds what a schema or program argument names: a directory of
-// a source snapshot, or CUE text. name is what messages call it.
-func cueInput(ctx context.Context, arg string) (name string, files map[string][]byte, dir string, err error) {
-	tree, source, clean, perr := lstar.ResolveTree(ctx, arg)
+// a source snapshot (relative to the calling file, as load() resolves), or
+// CUE text. name is what messages call it.
+func cueInput(thread *starlark.Thread, arg string) (name string, files map[string][]byte, dir string, err error) {
+	ctx := lstar.ContextOf(thread)
+	tree, source, clean, perr := lstar.ResolveTree(thread, arg)
 	if perr == nil {
 		if _, isFile := tree[clean]; isFile {
 			if path.Ext(clean) != ".cue" {

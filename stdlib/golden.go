@@ -84,7 +84,7 @@ func assertGolden(thread *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 		}
 	}
 	ctx := lstar.ContextOf(thread)
-	files, source, clean, err := lstar.ResolvePath(ctx, path)
+	files, source, clean, err := lstar.ResolvePath(thread, path)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ var kustomizeModule = Module{
 	Doc:   "Runs `kustomize build` over a directory of a source snapshot, in memory: what a kustomize source does, from a script, so that it can post-process or combine overlays.",
 	Value: Kustomize,
 	Funcs: []Func{
-		{"build", "kustomize.build(path) -> list", `Builds the kustomization in the directory path (resolved as load() resolves paths: "overlays/prod", "//overlays/prod", "@repo//overlays/prod"; bases elsewhere in the same source are fine) and returns its objects as dicts, in the order kustomize prints them. Remote bases and URLs are refused: a build reads only its source.`},
+		{"build", "kustomize.build(path) -> list", `Builds the kustomization in the directory path (resolved as load() resolves modules: "overlays/prod" next to the calling file, "//overlays/prod" at the root of its source, "@repo//overlays/prod" in source repo; bases elsewhere in the same source are fine) and returns its objects as dicts, in the order kustomize prints them. Remote bases and URLs are refused: a build reads only its source.`},
 	},
 }
 
@@ -32,7 +32,7 @@ func kustomizeBuild(thread *starlark.Thread, b *starlark.Builtin, args starlark.
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "path", &dir); err != nil {
 		return nil, err
 	}
-	tree, _, clean, err := lstar.ResolveTree(lstar.ContextOf(thread), dir)
+	tree, _, clean, err := lstar.ResolveTree(thread, dir)
 	if err != nil {
 		return nil, err
 	}

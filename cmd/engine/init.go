@@ -56,7 +56,7 @@ func newInitCmd() *cobra.Command {
 With --cue the transform is a CUE package instead (app/gen/objects.cue,
 app/cue.mod/module.cue) and the test app/gen_test.star.
 
-As written, engine eval -f DIR/sync.yaml, engine test DIR/app and engine
+As written, engine eval -f DIR/sync.yaml, engine test DIR and engine
 vet DIR accept them. No file is overwritten: if one exists, nothing is
 written and the existing files are named.
 

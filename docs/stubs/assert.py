@@ -40,9 +40,10 @@ def fails(fn, pattern) -> str:
 
 def golden(got, path, msg=None):
     """A snapshot test: fails unless got (a str as it is, any other value as
-    yaml.encode renders it) equals the content of the golden file at path (a
-    path in the test's tree, as for cue.validate: "testdata/dev.yaml"),
-    showing a diff of the two. Under `engine test --update` it passes and
-    (re)writes the file with got instead.
+    yaml.encode renders it) equals the content of the golden file at path
+    (resolved as load() resolves modules: "testdata/dev.yaml" is next to the
+    test file, "//testdata/dev.yaml" at the root of its tree), showing a
+    diff of the two. Under `engine test --update` it passes and (re)writes
+    the file with got instead.
     """
     pass

@@ -2,10 +2,11 @@
 # `engine doc`; do not edit. Type stubs for Starlark language servers.
 
 """Validates values against CUE schemas and evaluates CUE programs. A schema or
-program argument is CUE text, or a path in a source snapshot ("schemas",
-"@repo//schemas") naming a directory with a CUE package or a .cue file.
-Compiled packages are cached by content, so calling these once per target
-costs one compilation.
+program argument is CUE text, or a path in a source snapshot naming a
+directory with a CUE package or a .cue file, resolved as load() resolves
+modules: "schemas" is next to the calling file, "//schemas" at the root of
+its source, "@repo//schemas" in source repo. Compiled packages are cached by
+content, so calling these once per target costs one compilation.
 """
 
 def validate(obj, schema, definition=None) -> dict:

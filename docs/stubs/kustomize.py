@@ -8,9 +8,10 @@ combine overlays.
 
 def build(path) -> list:
     """Builds the kustomization in the directory path (resolved as load()
-    resolves paths: "overlays/prod", "//overlays/prod",
-    "@repo//overlays/prod"; bases elsewhere in the same source are fine) and
-    returns its objects as dicts, in the order kustomize prints them. Remote
-    bases and URLs are refused: a build reads only its source.
+    resolves modules: "overlays/prod" next to the calling file,
+    "//overlays/prod" at the root of its source, "@repo//overlays/prod" in
+    source repo; bases elsewhere in the same source are fine) and returns
+    its objects as dicts, in the order kustomize prints them. Remote bases
+    and URLs are refused: a build reads only its source.
     """
     pass

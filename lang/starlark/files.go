@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"go.starlark.net/starlark"
 )
 
 type filesKey struct{}
@@ -28,35 +30,65 @@ func FilesFrom(ctx context.Context) (files Files, source string) {
 	return v.files, v.source
 }
 
-// ResolvePath resolves a file or directory path a built-in was given:
-// "@name//dir" is dir in source name, "//dir" and "dir" are relative to the
-// root of the script's own source, and "." or "" is that root. Paths that
-// escape their source are errors.
-func ResolvePath(ctx context.Context, p string) (files Files, source, clean string, err error) {
-	files, source = FilesFrom(ctx)
+// ResolvePath resolves a file or directory path given to the built-in
+// running on thread as load() resolves a module: "@name//p" is p in source
+// name, "//p" is p from the root of the calling file's source, and any
+// other p (or "." or "") is relative to the calling file's directory. The
+// calling file is the one that holds the code that called the built-in, so
+// that a test in app/ validating against "schemas" reads app/schemas, as
+// its load("lib.star") reads app/lib.star. On a thread this package did not
+// start the calling file is not known, and p is relative to the root of
+// the script's source. Paths that escape their source are errors: nothing
+// outside the snapshots can be read.
+func ResolvePath(thread *starlark.Thread, p string) (files Files, source, clean string, err error) {
+	files, source = FilesFrom(ContextOf(thread))
 	if files == nil {
 		return nil, "", "", errors.New("no source snapshots in this evaluation")
 	}
-	if rest, ok := strings.CutPrefix(p, "@"); ok {
-		name, sub, ok := strings.Cut(rest, "//")
-		if !ok || name == "" {
-			return nil, "", "", fmt.Errorf("path %q: want \"@source//path\"", p)
-		}
-		source, p = name, sub
-	} else {
-		p = strings.TrimPrefix(p, "//")
+	cur, ok := caller(thread)
+	if !ok {
+		cur = executing{key: fileKey{source: source}, dir: "."}
+	}
+	source, joined, ok := joinFrom(cur, p)
+	if !ok {
+		return nil, "", "", fmt.Errorf("path %q: want \"@source//path\"", p)
 	}
 	if source == "" {
 		return nil, "", "", fmt.Errorf("path %q: no source (use \"@source//path\")", p)
 	}
-	if p == "" || path.Clean(p) == "." {
+	if !strings.HasPrefix(joined, "/") && path.Clean(joined) == "." {
 		return files, source, ".", nil
 	}
-	clean, err = cleanPath(p)
+	clean, err = cleanPath(joined)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("path %q: %w %q", p, err, source)
 	}
 	return files, source, clean, nil
+}
+
+// threadCallersKey is the thread-local key of the files of the evaluation
+// running on a thread, by their names in positions (a callers).
+const threadCallersKey = "manifestsync.dev/callers"
+
+// callers maps the name a file has in positions to the file, for finding
+// the file a built-in was called from.
+type callers map[string]executing
+
+// caller is the file of the innermost Starlark function on thread's call
+// stack: the code that called the running built-in (directly, or through
+// built-ins such as assert.fails that call back into Starlark).
+func caller(thread *starlark.Thread) (executing, bool) {
+	byName, _ := thread.Local(threadCallersKey).(callers)
+	if byName == nil {
+		return executing{}, false
+	}
+	for i := range thread.CallStackDepth() {
+		if fn, ok := thread.DebugFrame(i).Callable().(*starlark.Function); ok {
+			cur, ok := byName[fn.Position().Filename()]
+			return cur, ok
+		}
+	}
+	return executing{}, false
 }
 
 // Trees is implemented by Files that can hand out a source's whole tree,
@@ -71,8 +103,8 @@ type Trees interface {
 
 // ResolveTree is ResolvePath for built-ins that read a directory: it
 // returns the whole tree of the source the path is in, and the clean path.
-func ResolveTree(ctx context.Context, p string) (tree map[string][]byte, source, clean string, err error) {
-	files, source, clean, err := ResolvePath(ctx, p)
+func ResolveTree(thread *starlark.Thread, p string) (tree map[string][]byte, source, clean string, err error) {
+	files, source, clean, err := ResolvePath(thread, p)
 	if err != nil {
 		return nil, "", "", err
 	}

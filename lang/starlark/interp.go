@@ -92,8 +92,9 @@ type Module struct {
 	Globals starlark.StringDict
 	Files   []LoadedFile // the script and every file it loaded (transitively), in first-load order
 
-	name  string // the script's file name, for errors
-	sites Sites  // where its files build objects
+	name    string  // the script's file name, for errors
+	sites   Sites   // where its files build objects
+	callers callers // its files by name, for built-ins that resolve paths
 }
 
 // LoadedFile is one file a Module was made of.
@@ -127,15 +128,16 @@ func (in *Interpreter) load(ctx context.Context, files Files, script Script) (_ 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("load %s: %w", in.scriptName(script), err)
 	}
-	ld := &loader{in: in, files: files, done: make(map[fileKey]loadResult)}
+	ld := &loader{in: in, files: files, done: make(map[fileKey]loadResult), byName: callers{}}
 	r := in.start(ctx, "load "+in.scriptName(script))
 	defer r.cancel() // on a panic, finish does not run
 	r.thread.Load = ld.load
+	r.thread.SetLocal(threadCallersKey, ld.byName)
 	globals, err := ld.entry(r.thread, script)
 	if err = r.finish(err); err != nil {
 		return nil, err
 	}
-	return &Module{Globals: globals, Files: ld.loaded, name: in.scriptName(script), sites: ld.sites}, nil
+	return &Module{Globals: globals, Files: ld.loaded, name: in.scriptName(script), sites: ld.sites, callers: ld.byName}, nil
 }
 
 // Call calls the module's global function fn with args on a fresh thread
@@ -162,6 +164,7 @@ func (in *Interpreter) call(ctx context.Context, m *Module, fn string, args star
 	}
 	r := in.start(ctx, "call "+fn)
 	defer r.cancel() // on a panic, finish does not run
+	r.thread.SetLocal(threadCallersKey, m.callers)
 	result, err := starlark.Call(r.thread, v, args, nil)
 	if err = r.finish(err); err != nil {
 		return nil, err

@@ -75,6 +75,7 @@ type loader struct {
 	stack  []executing            // files being executed, outermost first
 	loaded []LoadedFile           // every file read, in first-load order
 	sites  Sites                  // where the files read build objects
+	byName callers                // every file executed, by its name in positions
 }
 
 // entry executes the script itself.
@@ -156,7 +157,11 @@ func (ld *loader) exec(thread *starlark.Thread, key fileKey, filename, dir strin
 		}
 		ld.sites[kind] = append(ld.sites[kind], ps...)
 	}
-	ld.stack = append(ld.stack, executing{key: key, dir: dir})
+	cur := executing{key: key, dir: dir}
+	if _, ok := ld.byName[filename]; !ok {
+		ld.byName[filename] = cur
+	}
+	ld.stack = append(ld.stack, cur)
 	globals, err := prog.Init(thread, ld.in.predeclared)
 	ld.stack = ld.stack[:len(ld.stack)-1]
 	if err != nil {
@@ -191,20 +196,12 @@ func resolveLoad(cur executing, module string) (fileKey, error) {
 	fail := func(msg string) (fileKey, error) {
 		return fileKey{}, &loadError{module: module, msg: msg}
 	}
-	source, p := cur.key.source, ""
-	switch {
-	case strings.HasPrefix(module, "@"):
-		name, rest, ok := strings.Cut(module[1:], "//")
-		if !ok || name == "" {
-			return fail(`want "@source//path"`)
-		}
-		source, p = name, rest
-	case strings.HasPrefix(module, "//"):
-		p = module[2:]
-	case strings.HasPrefix(module, "/"):
+	if strings.HasPrefix(module, "/") && !strings.HasPrefix(module, "//") {
 		return fail("absolute paths are not allowed")
-	default:
-		p = path.Join(cur.dir, module)
+	}
+	source, p, ok := joinFrom(cur, module)
+	if !ok {
+		return fail(`want "@source//path"`)
 	}
 	if source == "" {
 		return fail(`no source to load from (use "@source//path")`)
@@ -217,6 +214,28 @@ func resolveLoad(cur executing, module string) (fileKey, error) {
 		return fail("only .star files can be loaded")
 	}
 	return fileKey{source, clean}, nil
+}
+
+// joinFrom resolves p against the file cur as load() resolves a module:
+// "@name//p" is p in source name, "//p" is p from the root of cur's
+// source, and any other p is relative to cur's directory. The path it
+// returns is joined but not checked (cleanPath does that); an absolute p
+// is returned as it is, for cleanPath to refuse. ok is false for "@"
+// without a source name and "//".
+func joinFrom(cur executing, p string) (source, joined string, ok bool) {
+	switch {
+	case strings.HasPrefix(p, "@"):
+		name, rest, ok := strings.Cut(p[1:], "//")
+		if !ok || name == "" {
+			return "", "", false
+		}
+		return name, rest, true
+	case strings.HasPrefix(p, "//"):
+		return cur.key.source, p[2:], true
+	case strings.HasPrefix(p, "/"):
+		return cur.key.source, p, true
+	}
+	return cur.key.source, path.Join(cur.dir, p), true
 }
 
 // cleanPath cleans a slash-separated path that must stay inside its source.
