@@ -71,8 +71,8 @@ fuzz: ## Run each fuzz target (FUZZ_TARGETS) for FUZZTIME (default 30s); the see
 	done
 
 .PHONY: demo
-demo: ## Start a local control plane, run the operator on the examples, show their status (DEMO_EXIT=1: exit once all are Ready).
-	hack/test-deps.sh
+demo: ## Start a local control plane, run the operator on the examples, show their status (DEMO_EXIT=1: exit once all are Ready). Installs only etcd and git when absent.
+	hack/test-deps.sh demo
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./hack/demo
 
 .PHONY: bench
@@ -142,7 +142,7 @@ image-push: image ## Push the image to IMG (make image-push IMG=host/repo:tag; c
 ##@ Tools
 
 .PHONY: envtest
-envtest: ## Provide etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok for operator tests under bin/envtest (cold: ~15 min; rebuilt only when their sources change).
+envtest: ## Provide etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok under bin/envtest, for the tests, the demo and the benchmarks alike (cold: ~15 min, each build printing its progress; rebuilt only when their sources change).
 	@hack/envtest.sh
 
 $(CONTROLLER_GEN): $(TOOLS_MOD)

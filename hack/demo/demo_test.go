@@ -1,23 +1,399 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/internal/doccmd"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+	"github.com/manifestsync/manifestsync/operator/view"
 )
 
 // TestDemo runs the demo as `DEMO_EXIT=1 make demo` does: every example
-// must be Ready on the local control plane within its bound.
+// must be Ready on the local control plane within its bound, the mirror
+// example must have made its copies in the namespaces the demo labelled,
+// and then, unless DEMO_DOC_COMMANDS=0, every command of README.md and
+// docs/ that talks to the demo's cluster must exit as its page says.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and the operator")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout+3*time.Minute)
 	defer cancel()
-	if err := run(ctx, true); err != nil {
+	whenReady := func(ctx context.Context, d *demo) error {
+		checkMirrorCopies(ctx, t, d)
+		if os.Getenv("DEMO_DOC_COMMANDS") != "0" {
+			runDocCommands(ctx, t, d)
+		}
+		return nil
+	}
+	if err := run(ctx, options{exitWhenReady: true, whenReady: whenReady}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkMirrorCopies checks that the mirror example copied into each
+// namespace the demo labelled for it what its expected.yaml says it copies
+// into each namespace of namespaces.yaml (team-a there is mirror-team-a in
+// the demo), and nothing that it leaves out.
+func checkMirrorCopies(ctx context.Context, t *testing.T, d *demo) {
+	t.Helper()
+	i := slices.IndexFunc(d.examples, func(ex example) bool { return ex.ms.Name == "mirror" })
+	if i < 0 {
+		t.Fatal("the demo did not apply examples/mirror")
+	}
+	ex := d.examples[i]
+	if len(ex.labelled) == 0 {
+		t.Fatal("the demo labelled no namespace for examples/mirror: it copies nothing")
+	}
+	expected, err := decodeObjects(filepath.Join(d.root, "examples", "mirror", "expected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range expected {
+		want := unstructured.Unstructured{Object: o}
+		ns := "mirror-" + want.GetNamespace()
+		if !slices.Contains(ex.labelled, ns) {
+			t.Errorf("expected.yaml copies %s %s/%s, but the demo labelled %v", want.GetKind(), want.GetNamespace(), want.GetName(), ex.labelled)
+			continue
+		}
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(want.GroupVersionKind())
+		if err := d.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: want.GetName()}, got); err != nil {
+			t.Errorf("the mirror example's copy %s %s/%s: %v", want.GetKind(), ns, want.GetName(), err)
+		}
+	}
+	for _, ns := range ex.labelled {
+		err := d.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "internal-ca-key"}, &corev1.Secret{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s/internal-ca-key, which the mirror example excludes: %v, want not found", ns, err)
+		}
+	}
+}
+
+// runDocCommands runs, from the repository's root, every command of
+// README.md and docs/ that talks to the demo's cluster (it names
+// bin/demo/kubeconfig), and checks that each exits as its page says.
+func runDocCommands(ctx context.Context, t *testing.T, d *demo) {
+	t.Helper()
+	cmds, err := doccmd.FromRepo(d.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, c := range cmds {
+		if !c.Cluster {
+			continue
+		}
+		ran++
+		cmd := exec.CommandContext(ctx, "bash", "-c", c.Text)
+		cmd.Dir = d.root
+		out, err := cmd.CombinedOutput()
+		got := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			got = ee.ExitCode()
+		case err != nil:
+			t.Errorf("%s:%d: %s: %v", c.File, c.Line, c.Text, err)
+			continue
+		}
+		if got != c.Exit {
+			t.Errorf("%s:%d: %s exited %d, want %d:\n%s", c.File, c.Line, c.Text, got, c.Exit, out)
+		}
+	}
+	if ran == 0 {
+		t.Errorf("no command of README.md or docs/ talks to the demo's cluster (names %s)", doccmd.DemoKubeconfig)
+	}
+	t.Logf("ran %d commands of README.md and docs/ against the demo's cluster", ran)
+}
+
+// TestDemoInterrupted runs the demo program as make demo does and presses
+// Ctrl-C (SIGINT to its process group, as a terminal sends it) while it
+// waits for the examples: it must stop everything it started, the API
+// server too, and exit 0, or make demo ends in an error.
+func TestDemoInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and the operator")
+	}
+	exe := filepath.Join(t.TempDir(), "demo")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "DEMO_EXIT=") })
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	group := -cmd.Process.Pid
+	defer func() { _ = syscall.Kill(group, syscall.SIGKILL) }()
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var out strings.Builder
+	waiting := time.After(5 * time.Minute)
+	for waited := false; !waited; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the demo ended before it waited for the examples:\n%s\n%s", &out, &stderr)
+			}
+			fmt.Fprintln(&out, l)
+			waited = strings.Contains(l, "waiting for them to be Ready")
+		case <-waiting:
+			t.Fatalf("the demo did not come to wait for the examples within 5m:\n%s\n%s", &out, &stderr)
+		}
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(filepath.Join(root, "bin", "demo", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for l := range lines {
+			fmt.Fprintln(&out, l)
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after Ctrl-C the demo ended with %v, want exit status 0:\n%s\n%s", err, &out, &stderr)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the demo did not end within 2m of Ctrl-C:\n%s\n%s", &out, &stderr)
+	}
+	if !strings.Contains(out.String(), "==> stopped") {
+		t.Errorf("the demo did not say it stopped:\n%s", &out)
+	}
+	for name, cluster := range kc.Clusters {
+		u, err := url.Parse(cluster.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+			c.Close()
+			t.Errorf("the API server of cluster %s (%s) still accepts connections after the demo ended", name, u.Host)
+		}
+	}
+}
+
+// Ctrl-C is how a demo ends: whatever step it interrupted, the exit status
+// is 0; a failure is 1 and says why.
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		err         error
+		interrupted bool
+		want        int
+		stderr      string
+	}{
+		{"ended", nil, false, 0, ""},
+		{"failed", errors.New("no assets"), false, 1, "demo: no assets\n"},
+		{"interrupted while waiting", nil, true, 0, ""},
+		{"interrupted mid-step", fmt.Errorf("building engine: %w", context.Canceled), true, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w strings.Builder
+			if got := exitCode(&w, tc.err, tc.interrupted); got != tc.want {
+				t.Errorf("exit status %d, want %d", got, tc.want)
+			}
+			if w.String() != tc.stderr {
+				t.Errorf("stderr %q, want %q", w.String(), tc.stderr)
+			}
+		})
+	}
+}
+
+// The demo sets controller-runtime's logger: errors show, the client's
+// chatter does not (and no stack trace says SetLogger was never called).
+func TestQuietLogs(t *testing.T) {
+	var buf bytes.Buffer
+	ctrllog.SetLogger(quietLogs(&buf))
+	t.Cleanup(func() { ctrllog.SetLogger(quietLogs(os.Stderr)) })
+	ctrllog.Log.WithName("KubeAPIWarningLogger").Info("metadata.finalizers: prefer a domain-qualified finalizer name")
+	if buf.Len() != 0 {
+		t.Errorf("an info line was logged: %s", &buf)
+	}
+	ctrllog.Log.Error(errors.New("boom"), "creating the object set")
+	if !strings.Contains(buf.String(), "creating the object set") || !strings.Contains(buf.String(), "boom") {
+		t.Errorf("the error was not logged: %q", &buf)
+	}
+}
+
+// The mirror example's namespaceSelector picks the namespaces of its
+// namespaces.yaml labelled mirror=yes: the demo makes those (prefixed, as
+// every example's), with their labels, and not the others; an example
+// without the file gets one namespace labelled as its selector says.
+func TestLabelNamespaces(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "examples", "mirror")
+	b, err := os.ReadFile(filepath.Join(dir, "sync.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, err := engine.LoadSyncFile(filepath.Join(dir, "sync.yaml"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &sf.Sync.Spec.Targets[0]
+	if target.NamespaceSelector == nil {
+		t.Fatalf("examples/mirror's first target %q has no namespaceSelector", target.Name)
+	}
+	c := fake.NewClientBuilder().Build()
+	ctx := context.Background()
+	got, err := labelNamespaces(ctx, c, dir, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"mirror-team-a", "mirror-team-b"}; !slices.Equal(got, want) {
+		t.Fatalf("labelled %v, want %v", got, want)
+	}
+	for _, name := range got {
+		ns := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+			t.Fatal(err)
+		}
+		if ns.Labels["mirror"] != "yes" {
+			t.Errorf("namespace %s has labels %v, want mirror=yes", name, ns.Labels)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "mirror-kube-system"}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace mirror-kube-system, which the selector does not match: %v, want not found", err)
+	}
+
+	bare := t.TempDir()
+	got, err = labelNamespaces(ctx, c, filepath.Join(bare, "fan"), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"fan-" + target.Name}; !slices.Equal(got, want) {
+		t.Fatalf("without namespaces.yaml: labelled %v, want %v", got, want)
+	}
+}
+
+// A ManifestSync is done for the demo when it is Ready and has Synced a
+// target row per namespace the demo labelled for it: the mirror example
+// is Ready at once, before the operator sees those namespaces, with
+// "Synced 0/0 ... to 0 targets".
+func TestReadyWaitsForLabelledNamespaces(t *testing.T) {
+	readyNone := view.Summary{Ready: "True", TargetsSynced: 0, TargetsTotal: 0}
+	readyTwo := view.Summary{Ready: "True", TargetsSynced: 2, TargetsTotal: 2}
+	if ready(readyNone, 2) {
+		t.Error("Ready with no target row synced counts as done, with 2 namespaces labelled")
+	}
+	if !ready(readyTwo, 2) {
+		t.Error("Ready with both labelled namespaces synced is not done")
+	}
+	if !ready(readyNone, 0) {
+		t.Error("Ready, with nothing labelled, is not done")
+	}
+	if ready(view.Summary{Ready: "False", TargetsSynced: 2}, 2) {
+		t.Error("not Ready counts as done")
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 targets", 1: "1 target", 2: "2 targets"} {
+		if got := plural(n, "target"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// The closing hint names bin/engine and bin/demo/kubeconfig as a user in
+// the repository's root types them.
+func TestShownPaths(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := shown(filepath.Join(wd, "bin", "demo", "kubeconfig")), filepath.Join("bin", "demo", "kubeconfig"); got != want {
+		t.Errorf("shown = %q, want %q", got, want)
+	}
+	outside := filepath.Join(filepath.Dir(wd), "elsewhere", "kubeconfig")
+	if got := shown(outside); got != outside {
+		t.Errorf("shown(%q) = %q, want it absolute", outside, got)
+	}
+}
+
+// make demo installs only what the demo runs: etcd (for the control
+// plane) and git (its git daemon), not the tests' sshd and registry.
+func TestDemoInstallsOnlyItsPackages(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(set string) []string {
+		out, err := exec.Command(filepath.Join(root, "hack", "test-deps.sh"), set, "--list").Output()
+		if err != nil {
+			t.Fatalf("hack/test-deps.sh %s --list: %v", set, err)
+		}
+		return strings.Fields(string(out))
+	}
+	if got, want := list("demo"), []string{"etcd-server", "git"}; !slices.Equal(got, want) {
+		t.Errorf("the demo's packages are %v, want %v", got, want)
+	}
+	tests := list("test")
+	for _, p := range []string{"etcd-server", "git", "openssh-server", "docker-registry"} {
+		if !slices.Contains(tests, p) {
+			t.Errorf("the tests' packages %v lack %s", tests, p)
+		}
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipe, ok := strings.Cut(string(makefile), "\ndemo:")
+	recipe, _, _ = strings.Cut(recipe, "\n\n")
+	if !ok || !strings.Contains(recipe, "\thack/test-deps.sh demo\n") {
+		t.Errorf("make demo's recipe does not run hack/test-deps.sh demo:%s", recipe)
 	}
 }
 

@@ -7,13 +7,16 @@
 // status, the objects it produced and its Deployments rolling out. It runs
 // until interrupted; with DEMO_EXIT=1 it exits 0 once every ManifestSync is
 // Ready and every Deployment Available, and 1 if one is not within two
-// minutes. `make demo` runs it.
+// minutes. Ctrl-C is its normal end: it stops the operator, the git daemon
+// and the control plane and exits 0 (a second Ctrl-C quits at once).
+// `make demo` runs it.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -27,16 +30,21 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
@@ -53,13 +61,68 @@ const readyTimeout = 2 * time.Minute
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Getenv("DEMO_EXIT") == "1"); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the demo at once
+		say("interrupted: stopping the operator, the git daemon and the control plane (Ctrl-C again quits at once)")
+	}()
+	err := run(ctx, options{exitWhenReady: os.Getenv("DEMO_EXIT") == "1"})
+	os.Exit(exitCode(os.Stderr, err, ctx.Err() != nil))
 }
 
-func run(ctx context.Context, exitWhenReady bool) error {
+// exitCode is the demo's exit status, once run returned err: 0 when it
+// ended well or was interrupted (Ctrl-C is how a demo ends, whatever step
+// it stopped: `make demo` must not end in an error then), else 1, with
+// the error written to w.
+func exitCode(w io.Writer, err error, interrupted bool) int {
+	switch {
+	case interrupted:
+		say("stopped")
+		return 0
+	case err != nil:
+		fmt.Fprintln(w, "demo:", err)
+		return 1
+	}
+	return 0
+}
+
+// options are how a demo runs.
+type options struct {
+	// exitWhenReady ends the demo once every ManifestSync is Ready and
+	// every Deployment Available (DEMO_EXIT=1), with an error when one is
+	// not within readyTimeout; without it the demo runs until interrupted.
+	exitWhenReady bool
+	// whenReady, when set, runs then, against the running cluster, before
+	// the demo stops it; its error is the demo's.
+	whenReady func(ctx context.Context, d *demo) error
+}
+
+// demo is what a running demo shows its whenReady: where its cluster is.
+type demo struct {
+	// root is the repository's root directory.
+	root string
+	// engine is the engine program the demo built (bin/engine).
+	engine string
+	// kubeconfig is the file of the demo's cluster (bin/demo/kubeconfig).
+	kubeconfig string
+	// client is an administrator's client of that cluster.
+	client client.Client
+	// examples are the examples applied, in the order of their names.
+	examples []example
+}
+
+// quietLogs sends controller-runtime's log (the client's and envtest's)
+// to w, errors only. Without a logger, the first thing that logs after 30
+// seconds (a cold demo's createObjectSet) prints a stack trace saying
+// log.SetLogger was never called; with one at the info level, every
+// deprecation warning of the API server would show between the tables.
+func quietLogs(w io.Writer) logr.Logger {
+	return ctrlzap.New(ctrlzap.WriteTo(w), ctrlzap.Level(zapcore.ErrorLevel))
+}
+
+func run(ctx context.Context, opts options) error {
+	ctrllog.SetLogger(quietLogs(os.Stderr))
+	exitWhenReady := opts.exitWhenReady
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
@@ -101,7 +164,7 @@ func run(ctx context.Context, exitWhenReady bool) error {
 	defer stopDaemon()
 
 	say("running engine operator (logs: bin/demo/operator.log)")
-	stopOperator, err := startOperator(ctx, root, work, kubeconfig)
+	engineBin, stopOperator, err := startOperator(ctx, root, work, kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -111,9 +174,9 @@ func run(ctx context.Context, exitWhenReady bool) error {
 	if err != nil {
 		return err
 	}
-	say(fmt.Sprintf("applied %d examples; waiting for them to be Ready", len(syncs)))
+	say(fmt.Sprintf("applied %s; waiting for them to be Ready", plural(len(syncs), "example")))
 	deadline := time.Now().Add(readyTimeout)
-	ready := waitReady(ctx, c, exitWhenReady, deadline)
+	ready := waitReady(ctx, c, syncs, exitWhenReady, deadline)
 	if err := showObjects(ctx, c); err != nil {
 		return err
 	}
@@ -127,15 +190,42 @@ func run(ctx context.Context, exitWhenReady bool) error {
 			return fmt.Errorf("not every Deployment was Available within %s (see bin/demo/workloads)", readyTimeout)
 		}
 		say("every ManifestSync is Ready and every Deployment Available")
+		if opts.whenReady != nil {
+			return opts.whenReady(ctx, &demo{root: root, engine: engineBin, kubeconfig: kubeconfig, client: c, examples: syncs})
+		}
 		return nil
 	}
-	say("the control plane keeps running; use it with: kubectl --kubeconfig " + kubeconfig + " get msync -A")
+	say("the control plane keeps running; see it with: " + shown(engineBin) + " status --kubeconfig " + shown(kubeconfig) +
+		" (and one ManifestSync: " + shown(engineBin) + " status mirror -n platform --kubeconfig " + shown(kubeconfig) + ")")
 	say("press Ctrl-C to stop")
 	<-ctx.Done()
 	return nil
 }
 
 func say(msg string) { fmt.Printf("==> %s\n", msg) }
+
+// plural is "1 target", "2 targets".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// shown is path as a user types it: relative when it is under the
+// working directory (make demo runs in the repository's root), else
+// absolute.
+func shown(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	return rel
+}
 
 // startControlPlane starts envtest with the CRD and writes an admin
 // kubeconfig for the operator and for the user.
@@ -152,6 +242,7 @@ func startControlPlane(root, work string) (*envtest.Environment, string, error) 
 	}
 	testenv.ConfigureAPIServer(cp)
 	if _, err := cp.Start(); err != nil {
+		_ = cp.Stop() // what started before the failure (etcd) goes too
 		return nil, "", fmt.Errorf("starting the control plane with the assets in %s (make envtest): %w", assets, err)
 	}
 	user, err := cp.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
@@ -220,17 +311,17 @@ func startGitDaemon(ctx context.Context, dir string) (string, func(), error) {
 }
 
 // startOperator builds bin/engine and runs `engine operator` against the
-// control plane.
-func startOperator(ctx context.Context, root, work, kubeconfig string) (func(), error) {
+// control plane; it returns the program's path and how to stop it.
+func startOperator(ctx context.Context, root, work, kubeconfig string) (string, func(), error) {
 	bin := filepath.Join(root, "bin", "engine")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/engine")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("building engine: %w", err)
+		return "", nil, fmt.Errorf("building engine: %w", err)
 	}
 	logFile, err := os.Create(filepath.Join(work, "operator.log"))
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	cmd := exec.Command(bin, "operator", "--kubeconfig", kubeconfig,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
@@ -238,9 +329,9 @@ func startOperator(ctx context.Context, root, work, kubeconfig string) (func(), 
 	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(work, "cache"))
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("starting engine operator: %w", err)
+		return "", nil, fmt.Errorf("starting engine operator: %w", err)
 	}
-	return func() {
+	return bin, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -254,94 +345,183 @@ func startOperator(ctx context.Context, root, work, kubeconfig string) (func(), 
 	}, nil
 }
 
+// example is one example the demo applied.
+type example struct {
+	ms *v1alpha1.ManifestSync
+	// labelled are the namespaces the demo made for the example's
+	// namespaceSelector targets: one target row each, to be Synced too.
+	labelled []string
+}
+
 // applyExamples creates, for every example that is meant to sync (those
 // with an expected.yaml), its namespaces and object sources, publishes its
 // Git sources on the daemon, points the spec at them, and creates the
 // ManifestSync.
-func applyExamples(ctx context.Context, c client.Client, root, work, gitURL string) ([]*v1alpha1.ManifestSync, error) {
+func applyExamples(ctx context.Context, c client.Client, root, work, gitURL string) ([]example, error) {
 	dirs, err := filepath.Glob(filepath.Join(root, "examples", "*", "expected.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	var out []*v1alpha1.ManifestSync
+	var out []example
 	for _, expected := range dirs {
 		dir := filepath.Dir(expected)
-		ms, err := prepareExample(ctx, c, dir, filepath.Join(work, "git"), gitURL, filepath.Join(work, "kubeconfig"))
+		ex, err := prepareExample(ctx, c, dir, filepath.Join(work, "git"), gitURL, filepath.Join(work, "kubeconfig"))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
+		ms := ex.ms
 		if err := c.Create(ctx, ms); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
-		fmt.Printf("    %-20s ManifestSync %s/%s, %d targets\n", filepath.Base(dir), ms.Namespace, ms.Name, len(ms.Spec.Targets))
-		out = append(out, ms)
+		fmt.Printf("    %-20s ManifestSync %s/%s, %s\n", filepath.Base(dir), ms.Namespace, ms.Name, plural(len(ms.Spec.Targets), "target"))
+		if len(ex.labelled) > 0 {
+			fmt.Printf("    %-20s labelled namespaces for its namespaceSelector: %s\n", "", strings.Join(ex.labelled, ", "))
+		}
+		out = append(out, ex)
 	}
 	return out, nil
 }
 
-func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, kubeconfig string) (*v1alpha1.ManifestSync, error) {
+func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, kubeconfig string) (example, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "sync.yaml"))
 	if err != nil {
-		return nil, err
+		return example{}, err
 	}
 	sf, err := engine.LoadSyncFile(filepath.Join(dir, "sync.yaml"), b)
 	if err != nil {
-		return nil, err
+		return example{}, err
 	}
 	ms := sf.Sync
+	ex := example{ms: ms}
 	// Several examples render the same app into the same namespaces; in
 	// one cluster they would conflict (which the operator reports), so
 	// each example gets namespaces of its own.
-	example := filepath.Base(dir)
-	ms.Name = example
+	name := filepath.Base(dir)
+	ms.Name = name
 	if err := ensureNamespace(ctx, c, ms.Namespace); err != nil {
-		return nil, err
+		return example{}, err
 	}
 	for i := range ms.Spec.Targets {
 		t := &ms.Spec.Targets[i]
+		if t.NamespaceSelector != nil && t.Cluster == nil {
+			made, err := labelNamespaces(ctx, c, dir, t)
+			if err != nil {
+				return example{}, err
+			}
+			ex.labelled = append(ex.labelled, made...)
+		}
 		if t.Namespace == "" {
 			continue
 		}
-		t.Namespace = example + "-" + t.Namespace
+		t.Namespace = name + "-" + t.Namespace
 		if t.Cluster != nil {
 			// The local control plane stands in for the remote cluster
 			// too: the target gets namespaces of its own, and its
 			// kubeconfig Secret points at the same API server.
 			ref := t.Cluster.KubeConfigSecretRef
-			t.Namespace = example + "-" + ref.Name + "-" + strings.TrimPrefix(t.Namespace, example+"-")
+			t.Namespace = name + "-" + ref.Name + "-" + strings.TrimPrefix(t.Namespace, name+"-")
 			if err := createKubeconfigSecret(ctx, c, ms.Namespace, ref, kubeconfig); err != nil {
-				return nil, fmt.Errorf("target %q: %w", t.Name, err)
+				return example{}, fmt.Errorf("target %q: %w", t.Name, err)
 			}
 		}
 		if err := ensureNamespace(ctx, c, t.Namespace); err != nil {
-			return nil, err
+			return example{}, err
 		}
 	}
 	for i := range ms.Spec.Sources {
 		src := &ms.Spec.Sources[i]
 		switch {
 		case src.Object != nil:
-			if err := createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml")); err != nil {
-				return nil, fmt.Errorf("source %q: %w", src.Name, err)
-			}
+			err = createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"))
 		case src.Objects != nil:
-			if err := createObjectSet(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml")); err != nil {
-				return nil, fmt.Errorf("source %q: %w", src.Name, err)
-			}
+			err = createObjectSet(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"))
 		case src.Git != nil:
-			if err := publishGitSource(dir, repos, gitURL, src); err != nil {
-				return nil, fmt.Errorf("source %q: %w", src.Name, err)
-			}
+			err = publishGitSource(dir, repos, gitURL, src)
 		}
-		if src.Cluster != nil {
+		if err == nil && src.Cluster != nil {
 			// The local control plane stands in for the cluster the
 			// source reads, as for remote targets.
-			if err := createKubeconfigSecret(ctx, c, ms.Namespace, src.Cluster.KubeConfigSecretRef, kubeconfig); err != nil {
-				return nil, fmt.Errorf("source %q: %w", src.Name, err)
+			err = createKubeconfigSecret(ctx, c, ms.Namespace, src.Cluster.KubeConfigSecretRef, kubeconfig)
+		}
+		if err != nil {
+			return example{}, fmt.Errorf("source %q: %w", src.Name, err)
+		}
+	}
+	return ex, nil
+}
+
+// labelNamespaces makes the namespaces the namespaceSelector target t of
+// the example in dir picks, so that the demo shows its copies (without
+// them it synced to no namespace at all): those of the example's
+// namespaces.yaml (the cluster's namespaces for engine eval, see its
+// eval.args) that the selector matches, named with the example's prefix
+// and labelled as there; without that file, or when none matches, one
+// namespace EXAMPLE-TARGET labelled with the selector's matchLabels. It
+// returns their names.
+func labelNamespaces(ctx context.Context, c client.Client, dir string, t *v1alpha1.Target) ([]string, error) {
+	name := filepath.Base(dir)
+	sel, err := metav1.LabelSelectorAsSelector(t.NamespaceSelector)
+	if err != nil {
+		return nil, fmt.Errorf("target %q: namespaceSelector: %w", t.Name, err)
+	}
+	file := filepath.Join(dir, "namespaces.yaml")
+	objs, err := decodeObjects(file)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var want []*corev1.Namespace
+	for _, o := range objs {
+		u := unstructured.Unstructured{Object: o}
+		if u.GetKind() == "Namespace" && sel.Matches(labels.Set(u.GetLabels())) {
+			want = append(want, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + u.GetName(), Labels: u.GetLabels()}})
+		}
+	}
+	if len(want) == 0 {
+		lbls := t.NamespaceSelector.MatchLabels
+		if !sel.Matches(labels.Set(lbls)) {
+			return nil, fmt.Errorf("target %q: no namespace of %s matches its namespaceSelector, nor do its matchLabels alone", t.Name, file)
+		}
+		want = append(want, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + t.Name, Labels: lbls}})
+	}
+	names := make([]string, len(want))
+	for i, ns := range want {
+		if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("target %q: namespace %s: %w", t.Name, ns.Name, err)
+		}
+		names[i] = ns.Name
+	}
+	return names, nil
+}
+
+// decodeObjects are the objects of a YAML file as kubectl get -o yaml
+// prints them: documents, or the items of a List.
+func decodeObjects(file string) ([]map[string]any, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := stdlib.DecodeYAMLStream(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var objs []map[string]any
+	for _, d := range docs {
+		m, ok := d.Value.(map[string]any)
+		if !ok {
+			continue
+		}
+		items, isList := m["items"].([]any)
+		if !isList || m["kind"] != "List" {
+			objs = append(objs, m)
+			continue
+		}
+		for _, it := range items {
+			if o, ok := it.(map[string]any); ok {
+				objs = append(objs, o)
 			}
 		}
 	}
-	return ms, nil
+	return objs, nil
 }
 
 // createObjectSet creates the objects an example keeps beside its
@@ -352,28 +532,16 @@ func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, ku
 // module strips it, and Jobs, whose selectors hold the other cluster's
 // uids, are left out.
 func createObjectSet(ctx context.Context, c client.Client, namespace, file string) error {
-	b, err := os.ReadFile(file)
+	decoded, err := decodeObjects(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	docs, err := stdlib.DecodeYAMLStream(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	var objs []any
-	for _, d := range docs {
-		m, ok := d.Value.(map[string]any)
-		if !ok {
-			continue
-		}
-		if items, ok := m["items"].([]any); ok && m["kind"] == "List" {
-			objs = append(objs, items...)
-		} else {
-			objs = append(objs, m)
-		}
+	objs := make([]any, len(decoded))
+	for i, o := range decoded {
+		objs[i] = o
 	}
 	clean, err := stdlib.DRCopy(objs, stdlib.DROptions{Active: true, StripNodePorts: true})
 	if err != nil {
@@ -467,10 +635,15 @@ func createObjectSource(ctx context.Context, c client.Client, namespace, file st
 }
 
 // waitReady prints the status table whenever it changes, until every
-// ManifestSync is Ready (true), the context ends, or, when bounded, the
-// deadline passes (false).
-func waitReady(ctx context.Context, c client.Client, bounded bool, deadline time.Time) bool {
-	return printUntil(ctx, bounded, deadline, func() (string, bool, error) { return statusTable(ctx, c) })
+// ManifestSync is Ready, and one of a namespaceSelector target has
+// Synced a row per namespace the demo labelled for it (true), the context
+// ends, or, when bounded, the deadline passes (false).
+func waitReady(ctx context.Context, c client.Client, examples []example, bounded bool, deadline time.Time) bool {
+	rows := map[client.ObjectKey]int{}
+	for _, ex := range examples {
+		rows[client.ObjectKeyFromObject(ex.ms)] = len(ex.labelled)
+	}
+	return printUntil(ctx, bounded, deadline, func() (string, bool, error) { return statusTable(ctx, c, rows) })
 }
 
 // waitAvailable prints the table of Deployments whenever it changes, until
@@ -538,8 +711,9 @@ func deploymentTable(ctx context.Context, c client.Client) (string, bool, error)
 }
 
 // statusTable is the table of every ManifestSync, as engine status
-// prints it, and whether every one is Ready.
-func statusTable(ctx context.Context, c client.Client) (string, bool, error) {
+// prints it, and whether every one is Ready with at least rows[its key]
+// target rows Synced.
+func statusTable(ctx context.Context, c client.Client, rows map[client.ObjectKey]int) (string, bool, error) {
 	var list v1alpha1.ManifestSyncList
 	if err := c.List(ctx, &list); err != nil {
 		return "", false, err
@@ -549,7 +723,7 @@ func statusTable(ctx context.Context, c client.Client) (string, bool, error) {
 	allReady := len(list.Items) > 0
 	for i := range list.Items {
 		items[i] = view.Summarize(&list.Items[i])
-		allReady = allReady && items[i].Ready == "True"
+		allReady = allReady && ready(items[i], rows[client.ObjectKeyFromObject(&list.Items[i])])
 	}
 	b := strings.Builder{}
 	b.WriteString("\n")
@@ -559,6 +733,13 @@ func statusTable(ctx context.Context, c client.Client) (string, bool, error) {
 	return b.String(), allReady, nil
 }
 
+// ready is true when a ManifestSync is Ready and has at least rows
+// target rows Synced: a namespaceSelector target is Ready at once with no
+// namespace yet, before the demo's labelled ones are seen.
+func ready(s view.Summary, rows int) bool {
+	return s.Ready == string(metav1.ConditionTrue) && s.TargetsSynced >= rows
+}
+
 // showObjects lists what every ManifestSync produced, from its inventory,
 // as engine status shows it.
 func showObjects(ctx context.Context, c client.Client) error {
@@ -566,7 +747,7 @@ func showObjects(ctx context.Context, c client.Client) error {
 	if err := c.List(ctx, &list); err != nil {
 		return err
 	}
-	say("objects the ManifestSyncs produced (engine status NAME -n NAMESPACE shows one)")
+	say("objects the ManifestSyncs produced (bin/engine status NAME -n NAMESPACE --kubeconfig bin/demo/kubeconfig shows one)")
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "MANIFESTSYNC\tTARGET\tOBJECT\tSTATE")
 	for i := range list.Items {
