@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 )
 
@@ -17,8 +18,9 @@ import (
 // does (engine eval -f sync.yaml, sources beside it) and compares the output
 // with the example's expected.yaml or, for an example that must fail, its
 // expected.err (exit status 1 and what eval printed on stderr); engine vet
-// of the example must exit the same way, and engine test of the example
-// pass when it has *_test.star files. With -update it rewrites them.
+// of the example must exit the same way, and an example with a transform
+// must ship *_test.star files that engine test of the example finds and
+// passes. With -update it rewrites them.
 //
 // An example can list extra eval arguments in eval.args, where $DIR is the
 // example's directory; those that point a git source at $GIT/NAME.git make
@@ -67,17 +69,34 @@ func TestExamples(t *testing.T) {
 			if code := run([]string{"vet", vetPath}, &stdout, &stderr); code != wantCode {
 				t.Errorf("engine vet %s: exit %d, want %d:\n%s%s", vetPath, code, wantCode, stdout.String(), stderr.String())
 			}
-			// The example's own *_test.star files pass, as its README
-			// runs them.
-			if tests, _ := filepath.Glob(filepath.Join(dir, "*", "*_test.star")); len(tests) > 0 {
+			// An example with a transform ships tests of it, and they
+			// pass, as its README runs them.
+			if hasTransform(t, sync) {
 				stdout.Reset()
 				stderr.Reset()
 				if code := run([]string{"test", dir}, &stdout, &stderr); code != 0 {
-					t.Errorf("engine test %s: exit %d:\n%s%s", dir, code, stdout.String(), stderr.String())
+					t.Errorf("engine test %s: exit %d (an example with a transform ships *_test.star tests that pass):\n%s%s", dir, code, stdout.String(), stderr.String())
+				} else if !regexp.MustCompile(`(?m)^[1-9][0-9]* passed, 0 failed$`).Match(stdout.Bytes()) {
+					t.Errorf("engine test %s: no test passed:\n%s", dir, stdout.String())
 				}
 			}
 		})
 	}
+}
+
+// hasTransform reports whether the ManifestSync in the file sync has a
+// transform.
+func hasTransform(t *testing.T, sync string) bool {
+	t.Helper()
+	data, err := os.ReadFile(sync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engine.LoadSyncFile(sync, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Sync.Spec.Transform != nil
 }
 
 // exampleArgs returns the extra eval arguments of the example in dir, from
