@@ -348,11 +348,23 @@ func TestPlural(t *testing.T) {
 }
 
 // The closing hint names bin/engine and bin/demo/kubeconfig as a user in
-// the repository's root types them.
+// the repository's root types them, and no kubectl.
 func TestShownPaths(t *testing.T) {
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
+	}
+	hint := closingHint(filepath.Join(wd, "bin", "engine"), filepath.Join(wd, "bin", "demo", "kubeconfig"))
+	for _, want := range []string{
+		"\n    bin/engine status --kubeconfig bin/demo/kubeconfig\n",
+		"\n    bin/engine status mirror -n platform --kubeconfig bin/demo/kubeconfig\n",
+	} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("the closing hint lacks %q:\n%s", want, hint)
+		}
+	}
+	if strings.Contains(hint, "kubectl") {
+		t.Errorf("the closing hint names kubectl, which the project does not provide:\n%s", hint)
 	}
 	if got, want := shown(filepath.Join(wd, "bin", "demo", "kubeconfig")), filepath.Join("bin", "demo", "kubeconfig"); got != want {
 		t.Errorf("shown = %q, want %q", got, want)

@@ -177,6 +177,9 @@ func run(ctx context.Context, opts options) error {
 	say(fmt.Sprintf("applied %s; waiting for them to be Ready", plural(len(syncs), "example")))
 	deadline := time.Now().Add(readyTimeout)
 	ready := waitReady(ctx, c, syncs, exitWhenReady, deadline)
+	if ctx.Err() != nil {
+		return nil // interrupted: main says so
+	}
 	if err := showObjects(ctx, c); err != nil {
 		return err
 	}
@@ -185,6 +188,9 @@ func run(ctx context.Context, opts options) error {
 	}
 	say("the Deployments roll out on kwok's fake nodes " + strings.Join(workloads.Nodes, ", "))
 	available := waitAvailable(ctx, c, exitWhenReady, deadline)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if exitWhenReady {
 		if !available {
 			return fmt.Errorf("not every Deployment was Available within %s (see bin/demo/workloads)", readyTimeout)
@@ -195,14 +201,23 @@ func run(ctx context.Context, opts options) error {
 		}
 		return nil
 	}
-	say("the control plane keeps running; see it with: " + shown(engineBin) + " status --kubeconfig " + shown(kubeconfig) +
-		" (and one ManifestSync: " + shown(engineBin) + " status mirror -n platform --kubeconfig " + shown(kubeconfig) + ")")
+	fmt.Print(closingHint(engineBin, kubeconfig))
 	say("press Ctrl-C to stop")
 	<-ctx.Done()
 	return nil
 }
 
 func say(msg string) { fmt.Printf("==> %s\n", msg) }
+
+// closingHint says how to look at the demo's cluster while it runs: with
+// the engine program it built (the project provides no kubectl) and its
+// kubeconfig, as paths a user in the repository's root types.
+func closingHint(engine, kubeconfig string) string {
+	e, kc := shown(engine), shown(kubeconfig)
+	return "==> the control plane keeps running; see every ManifestSync, and one's objects, with:\n" +
+		fmt.Sprintf("    %s status --kubeconfig %s\n", e, kc) +
+		fmt.Sprintf("    %s status mirror -n platform --kubeconfig %s\n", e, kc)
+}
 
 // plural is "1 target", "2 targets".
 func plural(n int, noun string) string {
