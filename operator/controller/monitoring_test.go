@@ -373,7 +373,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 
 // TestAlertRules: the PrometheusRule's groups are a valid Prometheus rule
 // file, as Prometheus itself reads one (expressions, durations, label
-// names, annotation templates), and hold the alerts the README documents.
+// names, annotation templates), and hold the alerts docs/operations.md documents.
 func TestAlertRules(t *testing.T) {
 	data, err := os.ReadFile(rulesFile)
 	if err != nil {
@@ -427,6 +427,6 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	if len(alerts) != 10 {
-		t.Errorf("%d alerts, want the 10 the README lists", len(alerts))
+		t.Errorf("%d alerts, want the 10 docs/operations.md lists", len(alerts))
 	}
 }
