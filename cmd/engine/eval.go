@@ -56,8 +56,9 @@ func newEvalCmd() *cobra.Command {
 Sources come from --source NAME=DIR (a directory), NAME=FILE (an object,
 or a one-file tree) or NAME=URL[@REF] (a Git repository). Without --source,
 a source NAME is read from the directory NAME, or the file NAME.yaml, beside
-sync.yaml (for a git source, eval then says on stderr that the copy
-replaces the revision the spec pins, and the inputs show its revision as
+sync.yaml (for a git source, eval then says on stderr, in a line that
+starts "note:", that the copy replaces the revision the spec pins, and
+the inputs show its revision as
 local:PATH@DIGEST); failing that, a git source is fetched as the spec says,
 with the credentials of its secretRef read from SECRET.yaml beside
 sync.yaml (a Secret manifest) when it has one. Fetched repositories are
@@ -72,7 +73,7 @@ stdin) and --namespace NAME[,KEY=VALUE...] (repeatable); without either
 flag such a target is an error. A target of a remote cluster matches
 that cluster's namespaces, given with --cluster-namespaces SECRET[/KEY]=FILE
 (its kubeconfig Secret; KEY defaults to value). A selector that matches
-none is said on stderr.
+none is said on stderr, in a line that starts "warning:".
 
 -o json gives, beside each target's objects, its waves: the order the
 operator applies them in, by the manifestsync.dev/wave annotation
@@ -209,7 +210,7 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 	}
 	run.snaps = snaps
 	for _, line := range localSources(sf, snaps, f.sources) {
-		fmt.Fprintf(stderr, "%s: eval: %s\n", programName, line)
+		note(stderr, "%s", line)
 	}
 	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
 		Limits:            f.limits,
@@ -228,7 +229,7 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 		return run, withTree(failed(err), newTree(f.file, data, snaps, nil))
 	}
 	for _, name := range unmatchedSelectors(selectors, res) {
-		fmt.Fprintf(stderr, "%s: eval: target %q: its namespaceSelector matches no namespace (%d given)\n", programName, name, len(namespaces.local))
+		warning(stderr, "target %q: its namespaceSelector matches no namespace (%d given)", name, len(namespaces.local))
 	}
 	placePatchErrors(sf, res)
 	if err := writeResult(stdout, res, f); err != nil {

@@ -255,7 +255,7 @@ func TestDiffMemoryLimit(t *testing.T) {
 func TestStarlarkTimeoutExit(t *testing.T) {
 	dir := limitFixtureDir(t)
 	r := runEngine(t, dir, "eval", "-f", "loop/sync.yaml", "--timeout", "500ms", "--max-steps", "100000000000")
-	want := `engine: eval: source "app": read from the local copy loop/app, not fetched from https://git.example.com/app.git at {branch: main}
+	want := `note: source "app": read from the local copy loop/app, not fetched from https://git.example.com/app.git at {branch: main}
 engine: target "dev": loop/app/transform.star:2:5: timeout of 500ms exceeded (--timeout)
   --> loop/app/transform.star:2:5
   |

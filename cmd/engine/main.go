@@ -39,6 +39,20 @@ func usageErr(format string, args ...any) error {
 
 func failed(err error) error { return &exitError{code: exitFailed, err: err} }
 
+// note writes an informational line to w (stderr): "note: " and the
+// message. Errors start "engine: "; a line that only informs must not look
+// like one (kubectl and git start theirs "Warning:", "hint:").
+func note(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "note: "+format+"\n", args...)
+}
+
+// warning writes a line about something that is likely a mistake but not
+// an error (the command goes on) to w (stderr): "warning: " and the
+// message.
+func warning(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "warning: "+format+"\n", args...)
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

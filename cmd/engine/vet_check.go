@@ -311,7 +311,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return fail(err)
 	}
 	for _, name := range unmatchedSelectors(selectorTargets(&ms.Spec, nil), res) {
-		fmt.Fprintf(v.stderr, "%s: vet: %s:%d: target %q: its namespaceSelector matches no namespace (%d given); nothing to check\n", programName, d.file, d.line(targetField(&ms.Spec, name)), name, len(namespaces))
+		warning(v.stderr, "%s:%d: target %q: its namespaceSelector matches no namespace (%d given); nothing to check", d.file, d.line(targetField(&ms.Spec, name)), name, len(namespaces))
 	}
 	files = newTree(d.file, d.data, snaps, res.Redactor)
 	s.Targets = nil
