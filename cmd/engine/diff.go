@@ -301,9 +301,9 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 	if changed == 0 && counts[controller.ActionFailed] == 0 {
 		return nil
 	}
-	fmt.Fprintf(stderr, "%d to create, %d to configure, %d to prune, %d conflicts, %d failing, %d unchanged\n",
+	fmt.Fprintf(stderr, "%d to create, %d to configure, %d to prune, %s, %d failing, %d unchanged\n",
 		counts[controller.ActionCreated], counts[controller.ActionConfigured], counts[controller.ActionPruned],
-		counts[controller.ActionConflict], counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
+		plural(counts[controller.ActionConflict], "conflict"), counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
 	if counts[controller.ActionFailed] > 0 {
 		return &exitError{code: exitUsage, err: errors.New("some objects would fail to apply")}
 	}

@@ -416,7 +416,7 @@ func TestDiffPolicies(t *testing.T) {
 	wantContains(t, adopted, "+    manifestsync.dev/owner: "+ns+".web\n", "   theirs: x\n")
 	replaced := section(stdout, ns+"/replaced")
 	wantContains(t, replaced, "+    manifestsync.dev/owner: "+ns+".web\n", "-  theirs: x\n")
-	wantContains(t, stderr, "0 to create, 2 to configure, 0 to prune, 1 conflicts")
+	wantContains(t, stderr, "0 to create, 2 to configure, 0 to prune, 1 conflict, 0 failing")
 }
 
 // section is the part of a diff's output about one object.

@@ -95,7 +95,7 @@ func runRollback(ctx context.Context, stdout io.Writer, f *rollbackFlags, name s
 		fmt.Fprintf(stdout, "  not restored: %s\n", n)
 	}
 	if !res.Complete() {
-		return failed(fmt.Errorf("rollback: %d inputs not restored", len(res.Notes)))
+		return failed(fmt.Errorf("rollback: %s not restored", plural(len(res.Notes), "input")))
 	}
 	return nil
 }

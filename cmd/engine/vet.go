@@ -145,13 +145,5 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	return nil
 }
 
-// plural formats a count of things: "1 finding", "2 findings".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("1 %s", noun)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
 // errNoSync is a file named on the command line that holds no ManifestSync.
 var errNoSync = errors.New("no ManifestSync (kind ManifestSync) in the file")
