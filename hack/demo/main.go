@@ -163,7 +163,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	defer stopDaemon()
 
-	say("running engine operator (logs: bin/demo/operator.log)")
+	say("building bin/engine (cold: a few minutes) and running engine operator (logs: bin/demo/operator.log)")
 	engineBin, stopOperator, err := startOperator(ctx, root, work, kubeconfig)
 	if err != nil {
 		return err
