@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -186,7 +187,7 @@ func checkFields(n *yaml.Node, t reflect.Type, field string, report func(field s
 			seen[k.Value] = true
 			ft, ok := fields[k.Value]
 			if !ok {
-				report(sub, k, "unknown field")
+				report(sub, k, "unknown field"+didYouMean(nearestField(fields, k.Value)))
 				continue
 			}
 			checkFields(v, ft, sub, report)
@@ -215,6 +216,61 @@ func checkFields(n *yaml.Node, t reflect.Type, field string, report func(field s
 			report(field, n, fmt.Sprintf("got %s, want a %s", nodeKind(n), t.Kind()))
 		}
 	}
+}
+
+// nearestField is the field of fields that name is likely a typo of
+// ("targets" for "target"), or "".
+func nearestField(fields map[string]reflect.Type, name string) string {
+	names := make([]string, 0, len(fields))
+	for f := range fields {
+		names = append(names, f)
+	}
+	return lstar.Nearest(name, names)
+}
+
+// didYouMean is ` (did you mean "NEAR"?)`, or "" when near is.
+func didYouMean(near string) string {
+	if near == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", near)
+}
+
+// SuggestField returns the field of a ManifestSync that the unknown field
+// at path ("spec.targets[0].replica", as the CRD's validation names it)
+// is likely a typo of ("replicas"), or "" when none is close or the path
+// leads into a free-form value (params, a map).
+func SuggestField(path string) string {
+	t := reflect.TypeOf(v1alpha1.ManifestSync{})
+	segs := strings.Split(path, ".")
+	for i, seg := range segs {
+		name, _, _ := strings.Cut(seg, "[")
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+			return ""
+		}
+		fields := jsonFields(t)
+		if i == len(segs)-1 {
+			return nearestField(fields, name)
+		}
+		ft, ok := fields[name]
+		if !ok {
+			return ""
+		}
+		for range strings.Count(seg, "[") { // a list's element
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() != reflect.Slice {
+				return ""
+			}
+			ft = ft.Elem()
+		}
+		t = ft
+	}
+	return ""
 }
 
 func joinField(parent, name string) string {

@@ -102,6 +102,74 @@ func TestLoadSyncFileFieldErrors(t *testing.T) {
 	}
 }
 
+// TestUnknownFieldSuggestion: an unknown field that is a typo of a field
+// of its object, at any depth, says which one it likely is; one that is
+// no typo of any says nothing more.
+func TestUnknownFieldSuggestion(t *testing.T) {
+	_, err := engine.LoadSyncFile("f.yaml", []byte(`apiVersion: manifestsync.dev/v1alpha1
+kind: ManifestSync
+metadata: {name: x, namespce: platform}
+spec:
+  sources:
+  - name: app
+    git: {url: https://git.example.com/web.git, rev: {branch: main}}
+  - name: tls
+    objct: {apiVersion: v1, kind: Secret, name: tls}
+  target: []
+  targets:
+  - name: dev
+    namespace: dev
+    param: {replicas: 1}
+    patches: [{patch: x, targte: {kind: Deployment}}]
+  policy: {prun: true}
+  wibble: 1
+`))
+	want := []string{
+		`f.yaml:3: metadata.namespce: unknown field (did you mean "namespace"?)`,
+		`f.yaml:7: spec.sources[0].git.rev: unknown field (did you mean "ref"?)`,
+		`f.yaml:9: spec.sources[1].objct: unknown field (did you mean "object"?)`,
+		`f.yaml:10: spec.target: unknown field (did you mean "targets"?)`,
+		`f.yaml:14: spec.targets[0].param: unknown field (did you mean "params"?)`,
+		`f.yaml:15: spec.targets[0].patches[0].targte: unknown field (did you mean "target"?)`,
+		`f.yaml:16: spec.policy.prun: unknown field (did you mean "prune"?)`,
+		`f.yaml:17: spec.wibble: unknown field`,
+	}
+	var fe engine.FieldErrors
+	if !errors.As(err, &fe) {
+		t.Fatalf("got %v, want FieldErrors", err)
+	}
+	var got []string
+	for _, e := range fe {
+		got = append(got, e.Error())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestSuggestField finds the field an unknown field's path (as the CRD's
+// validation names it) is likely a typo of.
+func TestSuggestField(t *testing.T) {
+	for path, want := range map[string]string{
+		"spec.target":                       "targets",
+		"spc":                               "spec",
+		"spec.targets[0].replica":           "",
+		"spec.targets[0].param":             "params",
+		"spec.sources[2].git.rev":           "ref",
+		"spec.sources[0].git.ref.brnch":     "branch",
+		"spec.targets[1].patches[0].targte": "target",
+		"spec.wibble":                       "",
+		"spec.params.replica":               "", // free-form
+		"spec.nosuch.field":                 "",
+		"spec.targets[0].labels.x":          "", // a map
+		"metadata.labls":                    "labels",
+	} {
+		if got := engine.SuggestField(path); got != want {
+			t.Errorf("SuggestField(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
 func TestLoadSyncFiles(t *testing.T) {
 	files, err := engine.LoadSyncFiles("f.yaml", []byte(`apiVersion: v1
 kind: ConfigMap

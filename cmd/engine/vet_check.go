@@ -402,7 +402,11 @@ func (v *vetter) checkSpec(ctx context.Context, d *syncDoc, syncName string) (*v
 		findings = append(findings, &finding{Category: categorySpec, Rule: rule, Field: field, Message: msg, Pos: pos, Sync: pos, SyncName: syncName})
 	}
 	for _, e := range crdErrs {
-		add(e.Rule, e.Field, e.Msg)
+		msg := e.Msg
+		if near := engine.SuggestField(e.Field); e.Rule == crd.RuleStrict && near != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", near)
+		}
+		add(e.Rule, e.Field, msg)
 	}
 	if len(findings) == 0 {
 		ms := &v1alpha1.ManifestSync{}
