@@ -211,6 +211,16 @@ func renderSnippet(w io.Writer, pos filePos, text, before string, color bool) {
 	fmt.Fprintf(w, "%s%s |%s %s%s^%s\n", c.gutter, pad, c.reset, under, c.caret, c.reset)
 }
 
+// snippet writes the snippet of pos when it is a line of a file of t, and
+// says whether it did.
+func (t *tree) snippet(w io.Writer, pos filePos, color bool) bool {
+	text, before, ok := t.line(pos.File, pos.Line, pos.Col)
+	if ok {
+		renderSnippet(w, pos, text, before, color)
+	}
+	return ok
+}
+
 // writeError writes prefix and the error's message and, under each line of
 // the message that names a place in a file of t (when t is not nil), that
 // place's snippet, each place once.
@@ -227,12 +237,9 @@ func writeError(w io.Writer, prefix string, err error, t *tree, color bool) {
 			continue
 		}
 		for _, p := range t.positions(line) {
-			text, before, ok := t.line(p.File, p.Line, p.Col)
-			if !ok || seen[p] {
-				continue
+			if !seen[p] && t.snippet(&b, p, color) {
+				seen[p] = true
 			}
-			seen[p] = true
-			renderSnippet(&b, p, text, before, color)
 		}
 	}
 	_, _ = io.WriteString(w, b.String())

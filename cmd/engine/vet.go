@@ -22,8 +22,10 @@ type vetFlags struct {
 	namespaces namespaceFlags
 }
 
-// vetFormats are the report formats of -o, by name.
-var vetFormats = map[string]func(io.Writer, *vetReport) error{
+// vetFormats are the report formats of -o, by name: each writes the
+// report to stdout; the text report writes the lines its findings name to
+// stderr, as errors' are.
+var vetFormats = map[string]func(stdout, stderr io.Writer, rep *vetReport) error{
 	"text":  writeVetText,
 	"json":  writeVetJSON,
 	"junit": writeVetJUnit,
@@ -67,7 +69,10 @@ the ManifestSync's target and the object (TARGET/Kind namespace/name).
 
 Formats (-o): text, one line per finding
   FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name)
-json, junit (one test case per ManifestSync target) and sarif (2.1.0).
+(under each, on stderr, the lines it names with a caret under the column,
+as under errors: the schema's or policy's rule, the transform's line that
+builds the object); json, junit (one test case per ManifestSync target)
+and sarif (2.1.0).
 
 Every evaluation, and the loading of the policies and the validation
 against them, runs in a worker process: its memory is bounded by
@@ -125,7 +130,7 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	}
 	v := &vetter{pool: pool, policies: policies, limits: f.limits, sources: sources, namespaces: namespaces, stderr: stderr}
 	rep := v.run(ctx, paths)
-	if err := write(stdout, rep); err != nil {
+	if err := write(stdout, stderr, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)
 	}
 	color := colorOn(stderr)

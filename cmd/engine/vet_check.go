@@ -90,6 +90,9 @@ type finding struct {
 	// Origin is where the Starlark transform builds the object, when the
 	// engine can tell; zero otherwise.
 	Origin position
+	// tree holds the files Pos and Origin name, for showing their lines
+	// under the finding in the text report; nil shows none.
+	tree *tree
 }
 
 // text is the finding's message with its field.
@@ -273,6 +276,9 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return fail(err)
 	}
 	if len(findings) > 0 {
+		for _, f := range findings {
+			f.tree = files
+		}
 		s.Findings = findings
 		return s
 	}
@@ -314,6 +320,11 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		warning(v.stderr, "%s:%d: target %q: its namespaceSelector matches no namespace (%d given); nothing to check", d.file, d.line(targetField(&ms.Spec, name)), name, len(namespaces))
 	}
 	files = newTree(d.file, d.data, snaps, res.Redactor)
+	for _, p := range v.policies {
+		for rel, data := range p.pkg.Files {
+			files.files[schemaFile(p.dir, rel)] = data
+		}
+	}
 	s.Targets = nil
 	order := map[string]int{}
 	for i, t := range res.Targets {
@@ -349,6 +360,9 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 			// target from being evaluated.
 			tr.Err = &vetError{Pos: syncPos, Msg: t.Err.Error(), tree: files}
 			v.rep.Errors = append(v.rep.Errors, tr.Err)
+		}
+		for _, f := range tr.Findings {
+			f.tree = files
 		}
 	}
 	s.redact(res.Redactor)

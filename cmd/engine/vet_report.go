@@ -18,10 +18,17 @@ import (
 //	FILE:LINE: RULE: MESSAGE (SYNC-FILE:LINE: TARGET/Kind namespace/name[, built at SCRIPT:LINE])
 //
 // the second form for problems of output objects, naming the transform's
-// line that builds the object when the engine knows it. Errors go to stderr.
-func writeVetText(w io.Writer, rep *vetReport) error {
-	var b strings.Builder
+// line that builds the object when the engine knows it.
+//
+// The report stays one line a finding, for tools that read it; under each
+// line, on stderr, go FILE's line with a caret under the column (the rule
+// of a schema or policy, the field of the ManifestSync) and SCRIPT's line,
+// as they go under errors: a terminal, or a log of both streams, shows
+// each finding with its lines.
+func writeVetText(w, stderr io.Writer, rep *vetReport) error {
+	color := colorOn(stderr)
 	for _, f := range rep.findings() {
+		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %s: %s", f.Pos.lineOnly(), f.Rule, f.text())
 		if f.Target != "" {
 			fmt.Fprintf(&b, " (%s: %s", f.Sync.lineOnly(), f.objectID())
@@ -31,9 +38,22 @@ func writeVetText(w io.Writer, rep *vetReport) error {
 			b.WriteByte(')')
 		}
 		b.WriteByte('\n')
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+		if f.tree == nil {
+			continue
+		}
+		var s strings.Builder
+		f.tree.snippet(&s, filePos{File: f.Pos.File, Line: f.Pos.Line, Col: f.Pos.Column}, color)
+		if f.Origin.File != "" {
+			f.tree.snippet(&s, filePos{File: f.Origin.File, Line: f.Origin.Line, Col: f.Origin.Column}, color)
+		}
+		if _, err := io.WriteString(stderr, s.String()); err != nil {
+			return err
+		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return nil
 }
 
 // The JSON report: every finding, every error, and what was checked.
@@ -70,7 +90,7 @@ type (
 	}
 )
 
-func writeVetJSON(w io.Writer, rep *vetReport) error {
+func writeVetJSON(w, _ io.Writer, rep *vetReport) error {
 	out := jsonVetReport{Findings: []jsonFinding{}, Errors: []jsonVetError{}, Checked: []jsonChecked{}}
 	for _, f := range rep.findings() {
 		jf := jsonFinding{
@@ -134,7 +154,7 @@ type (
 // writeVetJUnit writes a test case per target of every ManifestSync. A
 // finding of the spec fails every target (none of them can be applied);
 // a ManifestSync without targets gets one test case, "spec".
-func writeVetJUnit(w io.Writer, rep *vetReport) error {
+func writeVetJUnit(w, _ io.Writer, rep *vetReport) error {
 	out := junitSuites{Name: "engine vet"}
 	for _, s := range rep.Syncs {
 		suite := junitSuite{Name: s.Pos.File + " " + s.displayName(), File: s.Pos.File}
@@ -269,7 +289,7 @@ var ruleDescriptions = map[string]string{
 	ruleCycle:        "No ManifestSync depends on itself through spec.dependsOn (the operator would sync none of the cycle).",
 }
 
-func writeVetSARIF(w io.Writer, rep *vetReport) error {
+func writeVetSARIF(w, _ io.Writer, rep *vetReport) error {
 	run := sarifRun{
 		Tool: sarifTool{Driver: sarifDriver{
 			Name:           "engine vet",

@@ -225,3 +225,45 @@ func TestVetJSON(t *testing.T) {
 		t.Errorf("errors %+v, want the evalerr fixture's", rep.Errors)
 	}
 }
+
+// TestVetTextSnippets: with stdout and stderr one stream (a terminal, a CI
+// log), each finding of the text report is followed by the lines it names,
+// with a caret, before the next finding; stdout alone is one line a
+// finding.
+func TestVetTextSnippets(t *testing.T) {
+	args := []string{"vet", "--policy", "testdata/vet/policy", "testdata/vet/crd", "testdata/vet/nolabel", "testdata/vet/schema"}
+	var both bytes.Buffer
+	if code := run(args, &both, &both); code != exitFailed {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitFailed, both.String())
+	}
+	want := `testdata/vet/crd/sync.yaml:6: crd/cel: spec.sources[0]: exactly one of git, object, objects and kustomize must be set
+  --> testdata/vet/crd/sync.yaml:6
+  |
+6 |   - name: app
+  |   ^
+testdata/vet/policy/configmap.cue:7: #ConfigMap: metadata.labels.team: field is required but not present (testdata/vet/nolabel/sync.yaml:11: dev/ConfigMap web-dev/web)
+  --> testdata/vet/policy/configmap.cue:7:4
+  |
+7 | 			team!: string
+  | 			^
+testdata/vet/schema/app/schemas/configmap.cue:5: #ConfigMap: data.replicas: conflicting values string and 3 (mismatched types string and int) (testdata/vet/schema/sync.yaml:13: dev/ConfigMap web-dev/web, built at testdata/vet/schema/app/main.star:2)
+  --> testdata/vet/schema/app/schemas/configmap.cue:5:19
+  |
+5 | 	data?: [string]: string
+  | 	                 ^
+  --> testdata/vet/schema/app/main.star:2:13
+  |
+2 |     return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "labels": {"team": "web"}}, "data": {"replicas": 3}}]
+  |             ^
+engine: vet: 3 findings in 3 ManifestSyncs
+`
+	if both.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", both.String(), want)
+	}
+
+	var stdout, stderr bytes.Buffer
+	run(args, &stdout, &stderr)
+	if n := strings.Count(stdout.String(), "\n"); n != 3 || strings.Contains(stdout.String(), "^") {
+		t.Errorf("stdout has %d lines, want one a finding and no snippet:\n%s", n, stdout.String())
+	}
+}
