@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -34,7 +35,8 @@ import (
 // TestDemo runs the demo as `DEMO_EXIT=1 make demo` does: every example
 // must be Ready on the local control plane within its bound, the mirror
 // example must have made its copies in the namespaces the demo labelled,
-// and then, unless DEMO_DOC_COMMANDS=0, every command of README.md and
+// engine diff must find nothing to change in the sync file the demo wrote
+// for each example, and then, unless DEMO_DOC_COMMANDS=0, every command of README.md and
 // docs/ that talks to the demo's cluster must exit as its page says.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
@@ -44,6 +46,7 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	whenReady := func(ctx context.Context, d *demo) error {
 		checkMirrorCopies(ctx, t, d)
+		checkDiffsClean(ctx, t, d)
 		if os.Getenv("DEMO_DOC_COMMANDS") != "0" {
 			runDocCommands(ctx, t, d)
 		}
@@ -89,6 +92,32 @@ func checkMirrorCopies(ctx context.Context, t *testing.T, d *demo) {
 		err := d.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "internal-ca-key"}, &corev1.Secret{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("Secret %s/internal-ca-key, which the mirror example excludes: %v, want not found", ns, err)
+		}
+	}
+}
+
+// checkDiffsClean runs engine diff on every sync file the demo wrote to
+// bin/demo/examples, for the targets in the demo's own cluster (diff
+// compares no other), once every ManifestSync is Ready: each must exit 0,
+// nothing to change, or the files do not say what the demo applied.
+func checkDiffsClean(ctx context.Context, t *testing.T, d *demo) {
+	t.Helper()
+	for _, ex := range d.examples {
+		args := []string{"diff", "-f", filepath.Join("bin", "demo", "examples", ex.ms.Name, "sync.yaml"), "--kubeconfig", d.kubeconfig}
+		local := 0
+		for _, target := range ex.ms.Spec.Targets {
+			if target.Cluster == nil {
+				args = append(args, "--target", target.Name)
+				local++
+			}
+		}
+		if local == 0 {
+			continue // dr-namespace: its one target is a remote cluster's
+		}
+		cmd := exec.CommandContext(ctx, d.engine, args...)
+		cmd.Dir = d.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("engine %s: %v, want exit 0 (nothing to change):\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 }
@@ -348,7 +377,8 @@ func TestPlural(t *testing.T) {
 }
 
 // The closing hint names bin/engine and bin/demo/kubeconfig as a user in
-// the repository's root types them, and no kubectl.
+// the repository's root types them, and no kubectl; it says how to diff
+// an example as the demo applied it.
 func TestShownPaths(t *testing.T) {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -358,6 +388,8 @@ func TestShownPaths(t *testing.T) {
 	for _, want := range []string{
 		"\n    bin/engine status --kubeconfig bin/demo/kubeconfig\n",
 		"\n    bin/engine status mirror -n platform --kubeconfig bin/demo/kubeconfig\n",
+		"\n==> bin/demo/examples/NAME/sync.yaml is each example as the demo applied it",
+		"\n    bin/engine diff -f bin/demo/examples/replicate-secret/sync.yaml --kubeconfig bin/demo/kubeconfig\n",
 	} {
 		if !strings.Contains(hint, want) {
 			t.Errorf("the closing hint lacks %q:\n%s", want, hint)
@@ -434,5 +466,107 @@ func TestGitDaemonStops(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still accepts connections after the git server was stopped", addr)
 		}
+	}
+}
+
+// The demo writes each example as it applied it to bin/demo/examples/NAME:
+// a sync file that loads as the ManifestSync it created (renamed, target
+// namespaces prefixed) and, beside it, the local copies of its object and
+// object set sources as it created them, which engine diff reads in place
+// of the files under examples/ (whose names do not match the cluster's).
+func TestPrepareExampleWritesWhatItApplied(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := fake.NewClientBuilder().Build()
+	work := t.TempDir()
+	for _, tc := range []struct {
+		example, source string
+		// objects are those the source's local copy must hold, as
+		// namespace/name.
+		objects []string
+	}{
+		{"replicate-secret", "tls", []string{"platform/wildcard-tls"}},
+		{"mirror", "shared", nil},
+	} {
+		t.Run(tc.example, func(t *testing.T) {
+			dir := filepath.Join(root, "examples", tc.example)
+			applied := filepath.Join(work, "examples", tc.example)
+			ex, err := prepareExample(ctx, c, dir, applied, filepath.Join(work, "git"), "git://127.0.0.1:1", filepath.Join(work, "kubeconfig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(applied, "sync.yaml")
+			if err := writeSyncFile(file, dir, ex.ms); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sf, err := engine.LoadSyncFile(file, b)
+			if err != nil {
+				t.Fatalf("the sync file the demo wrote does not load: %v\n%s", err, b)
+			}
+			if sf.Sync.Name != tc.example || sf.Sync.Namespace != ex.ms.Namespace {
+				t.Errorf("the sync file names %s/%s, want %s/%s", sf.Sync.Namespace, sf.Sync.Name, ex.ms.Namespace, tc.example)
+			}
+			if !reflect.DeepEqual(sf.Sync.Spec, ex.ms.Spec) {
+				t.Errorf("the sync file's spec differs from the one applied:\n%+v\nwant\n%+v", sf.Sync.Spec, ex.ms.Spec)
+			}
+			for _, target := range sf.Sync.Spec.Targets {
+				if target.Namespace != "" && !strings.HasPrefix(target.Namespace, tc.example+"-") {
+					t.Errorf("target %q: namespace %q is not prefixed with the example's name", target.Name, target.Namespace)
+				}
+			}
+			if !strings.Contains(string(b), "bin/engine diff -f ") {
+				t.Errorf("the sync file's header does not say how to diff it:\n%s", b)
+			}
+			copied, err := decodeObjects(filepath.Join(applied, tc.source+".yaml"))
+			if err != nil {
+				t.Fatalf("the local copy of source %q: %v", tc.source, err)
+			}
+			want := tc.objects
+			if want == nil {
+				// The object set: every object the demo created from
+				// the example's file, Jobs left out.
+				orig, err := decodeObjects(filepath.Join(dir, tc.source+".yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range orig {
+					u := unstructured.Unstructured{Object: o}
+					if u.GetKind() != "Job" {
+						want = append(want, u.GetNamespace()+"/"+u.GetName())
+					}
+				}
+			}
+			var got []string
+			for _, o := range copied {
+				u := &unstructured.Unstructured{Object: o}
+				got = append(got, u.GetNamespace()+"/"+u.GetName())
+				if u.GetResourceVersion() != "" || u.GetUID() != "" {
+					t.Errorf("the local copy of %s %s/%s holds what the server set (resourceVersion %q, uid %q)", u.GetKind(), u.GetNamespace(), u.GetName(), u.GetResourceVersion(), u.GetUID())
+				}
+				live := &unstructured.Unstructured{}
+				live.SetGroupVersionKind(u.GroupVersionKind())
+				if err := c.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
+					t.Errorf("the local copy holds %s %s/%s, which the demo did not create: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+					continue
+				}
+				// platform/wildcard-tls is replicate-secret's (made
+				// first here), not the mirror example's file's: the
+				// copy is what the operator reads.
+				stripServerFields(live)
+				if !reflect.DeepEqual(u.Object, live.Object) {
+					t.Errorf("the local copy of %s %s/%s is not the object the cluster holds (labels %v, want %v)", u.GetKind(), u.GetNamespace(), u.GetName(), u.GetLabels(), live.GetLabels())
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("the local copy of source %q holds %v, want %v", tc.source, got, want)
+			}
+		})
 	}
 }

@@ -4,7 +4,10 @@
 // assets `make envtest` provides in bin/envtest), installs the CRD, runs
 // `engine operator` against it, serves the examples' Git sources from a git
 // daemon on 127.0.0.1, applies the examples, and shows each ManifestSync's
-// status, the objects it produced and its Deployments rolling out. It runs
+// status, the objects it produced and its Deployments rolling out. It
+// writes each example as it applied it (renamed, its target namespaces
+// prefixed, its Git sources on the daemon) to bin/demo/examples/NAME, with
+// the local copies of its object sources, for `engine diff -f`. It runs
 // until interrupted; with DEMO_EXIT=1 it exits 0 once every ManifestSync is
 // Ready and every Deployment Available, and 1 if one is not within two
 // minutes. Ctrl-C is its normal end: it stops the operator, the git daemon
@@ -13,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
@@ -211,12 +216,17 @@ func say(msg string) { fmt.Printf("==> %s\n", msg) }
 
 // closingHint says how to look at the demo's cluster while it runs: with
 // the engine program it built (the project provides no kubectl) and its
-// kubeconfig, as paths a user in the repository's root types.
+// kubeconfig, as paths a user in the repository's root types; and how to
+// diff an example, as the demo applied it (under examples, beside the
+// kubeconfig), with what the cluster holds.
 func closingHint(engine, kubeconfig string) string {
 	e, kc := shown(engine), shown(kubeconfig)
+	applied := filepath.Join(filepath.Dir(kc), "examples")
 	return "==> the control plane keeps running; see every ManifestSync, and one's objects, with:\n" +
 		fmt.Sprintf("    %s status --kubeconfig %s\n", e, kc) +
-		fmt.Sprintf("    %s status mirror -n platform --kubeconfig %s\n", e, kc)
+		fmt.Sprintf("    %s status mirror -n platform --kubeconfig %s\n", e, kc) +
+		fmt.Sprintf("==> %s/NAME/sync.yaml is each example as the demo applied it; what syncing it would change (nothing: exit 0):\n", applied) +
+		fmt.Sprintf("    %s diff -f %s --kubeconfig %s\n", e, filepath.Join(applied, "replicate-secret", "sync.yaml"), kc)
 }
 
 // plural is "1 target", "2 targets".
@@ -380,11 +390,15 @@ func applyExamples(ctx context.Context, c client.Client, root, work, gitURL stri
 	var out []example
 	for _, expected := range dirs {
 		dir := filepath.Dir(expected)
-		ex, err := prepareExample(ctx, c, dir, filepath.Join(work, "git"), gitURL, filepath.Join(work, "kubeconfig"))
+		applied := filepath.Join(work, "examples", filepath.Base(dir))
+		ex, err := prepareExample(ctx, c, dir, applied, filepath.Join(work, "git"), gitURL, filepath.Join(work, "kubeconfig"))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
 		ms := ex.ms
+		if err := writeSyncFile(filepath.Join(applied, "sync.yaml"), dir, ms); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
+		}
 		if err := c.Create(ctx, ms); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
@@ -397,7 +411,16 @@ func applyExamples(ctx context.Context, c client.Client, root, work, gitURL stri
 	return out, nil
 }
 
-func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, kubeconfig string) (example, error) {
+// prepareExample reads the example in dir and makes the cluster ready
+// for it: its namespaces (prefixed with its name), its object sources,
+// its Git sources on the daemon and its remote clusters' kubeconfig
+// Secrets. It writes into applied the local copies of its object and
+// object set sources, as it created them, for engine diff; its Git
+// sources need none: engine diff fetches them from the daemon.
+func prepareExample(ctx context.Context, c client.Client, dir, applied, repos, gitURL, kubeconfig string) (example, error) {
+	if err := os.MkdirAll(applied, 0o755); err != nil {
+		return example{}, err
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "sync.yaml"))
 	if err != nil {
 		return example{}, err
@@ -447,9 +470,9 @@ func prepareExample(ctx context.Context, c client.Client, dir, repos, gitURL, ku
 		src := &ms.Spec.Sources[i]
 		switch {
 		case src.Object != nil:
-			err = createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"))
+			err = createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"), filepath.Join(applied, src.Name+".yaml"))
 		case src.Objects != nil:
-			err = createObjectSet(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"))
+			err = createObjectSet(ctx, c, ms.Namespace, filepath.Join(dir, src.Name+".yaml"), filepath.Join(applied, src.Name+".yaml"))
 		case src.Git != nil:
 			err = publishGitSource(dir, repos, gitURL, src)
 		}
@@ -545,11 +568,12 @@ func decodeObjects(file string) ([]map[string]any, error) {
 // empty. The file is a copy of what a cluster held: what its API server
 // set or allocated (status, uids, cluster IPs, node ports) goes as the dr
 // module strips it, and Jobs, whose selectors hold the other cluster's
-// uids, are left out.
-func createObjectSet(ctx context.Context, c client.Client, namespace, file string) error {
+// uids, are left out. It writes the objects, as the cluster holds them,
+// to copyTo: the set's local copy for engine diff (empty when the set is).
+func createObjectSet(ctx context.Context, c client.Client, namespace, file, copyTo string) error {
 	decoded, err := decodeObjects(file)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return writeObjects(copyTo, nil)
 	}
 	if err != nil {
 		return err
@@ -562,6 +586,7 @@ func createObjectSet(ctx context.Context, c client.Client, namespace, file strin
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
+	created := make([]*unstructured.Unstructured, 0, len(clean))
 	for _, o := range clean {
 		obj := &unstructured.Unstructured{Object: o.(map[string]any)}
 		if obj.GetNamespace() == "" {
@@ -573,8 +598,83 @@ func createObjectSet(ctx context.Context, c client.Client, namespace, file strin
 		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: %s %s/%s: %w", file, obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
 		}
+		created = append(created, obj)
 	}
-	return nil
+	return writeLive(ctx, c, copyTo, created)
+}
+
+// writeLive writes the objects as the cluster holds them, what its server
+// set stripped, to file: the local copy of an object or object set source
+// for engine diff. They are read back, not written as given: two examples
+// may create the same object (mirror's and replicate-secret's
+// platform/wildcard-tls), and the cluster keeps the first one's, which is
+// what the operator reads for both.
+func writeLive(ctx context.Context, c client.Client, file string, objs []*unstructured.Unstructured) error {
+	live := make([]map[string]any, len(objs))
+	for i, o := range objs {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(o.GroupVersionKind())
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+			return fmt.Errorf("%s: reading back %s %s/%s: %w", file, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		stripServerFields(got)
+		live[i] = got.Object
+	}
+	return writeObjects(file, live)
+}
+
+// stripServerFields removes from obj what its API server set: a file
+// holding it is a copy of what the cluster holds.
+func stripServerFields(obj *unstructured.Unstructured) {
+	obj.SetResourceVersion("")
+	obj.SetUID("")
+	obj.SetCreationTimestamp(metav1.Time{})
+	obj.SetManagedFields(nil)
+	obj.SetGeneration(0)
+	unstructured.RemoveNestedField(obj.Object, "status")
+}
+
+// writeObjects writes objs to file as YAML documents.
+func writeObjects(file string, objs []map[string]any) error {
+	var b bytes.Buffer
+	for _, o := range objs {
+		y, err := yaml.Marshal(o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return os.WriteFile(file, b.Bytes(), 0o644)
+}
+
+// writeSyncFile writes ms, as the demo applies it (renamed after the
+// example in dir, its target namespaces prefixed, its Git sources on the
+// daemon), to file: a sync file that engine diff compares with what the
+// demo's cluster holds, beside the local copies of its object sources.
+func writeSyncFile(file, dir string, ms *v1alpha1.ManifestSync) error {
+	applied := &v1alpha1.ManifestSync{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ManifestSync"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ms.Name, Namespace: ms.Namespace, Labels: ms.Labels, Annotations: ms.Annotations,
+		},
+		Spec: ms.Spec,
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(applied)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	delete(obj, "status")
+	unstructured.RemoveNestedField(obj, "metadata", "creationTimestamp")
+	y, err := yaml.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	header := fmt.Sprintf("# %s/sync.yaml as the demo applied it: named after its directory, its\n"+
+		"# target namespaces prefixed with that name, its Git sources served by the\n"+
+		"# demo's git daemon. Compare it with the cluster, while the demo runs:\n"+
+		"#   bin/engine diff -f %s --kubeconfig bin/demo/kubeconfig\n", shown(dir), shown(file))
+	return os.WriteFile(file, append([]byte(header), y...), 0o644)
 }
 
 // publishGitSource serves a git source from the example's local copy
@@ -627,8 +727,10 @@ func ensureNamespace(ctx context.Context, c client.Client, name string) error {
 }
 
 // createObjectSource creates the object an example keeps beside its
-// sync.yaml, in the ManifestSync's namespace unless it names its own.
-func createObjectSource(ctx context.Context, c client.Client, namespace, file string) error {
+// sync.yaml, in the ManifestSync's namespace unless it names its own, and
+// writes it, as the cluster holds it, to copyTo: the source's local copy
+// for engine diff.
+func createObjectSource(ctx context.Context, c client.Client, namespace, file, copyTo string) error {
 	snap, err := source.ObjectFile(file)
 	if err != nil {
 		return err
@@ -638,15 +740,11 @@ func createObjectSource(ctx context.Context, c client.Client, namespace, file st
 		obj.SetNamespace(namespace)
 	}
 	// The file is a copy of what a cluster held: drop what the server sets.
-	obj.SetResourceVersion("")
-	obj.SetUID("")
-	obj.SetCreationTimestamp(metav1.Time{})
-	obj.SetManagedFields(nil)
-	err = c.Create(ctx, obj)
-	if apierrors.IsAlreadyExists(err) {
-		return nil
+	stripServerFields(obj)
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
-	return err
+	return writeLive(ctx, c, copyTo, []*unstructured.Unstructured{obj})
 }
 
 // waitReady prints the status table whenever it changes, until every
