@@ -25,6 +25,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
@@ -303,7 +304,7 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 	}
 	fmt.Fprintf(stderr, "%d to create, %d to configure, %d to prune, %s, %d failing, %d unchanged\n",
 		counts[controller.ActionCreated], counts[controller.ActionConfigured], counts[controller.ActionPruned],
-		plural(counts[controller.ActionConflict], "conflict"), counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
+		plural.Count(counts[controller.ActionConflict], "conflict"), counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
 	if counts[controller.ActionFailed] > 0 {
 		return &exitError{code: exitUsage, err: errors.New("some objects would fail to apply")}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -322,11 +323,11 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 	}
 	switch {
 	case len(rep.Errors) > 0:
-		return usageErr("diff: %s", plural(len(rep.Errors), "error"))
+		return usageErr("diff: %s", plural.Count(len(rep.Errors), "error"))
 	case added+removed+changed > 0:
 		return failed(fmt.Errorf("diff: %d added, %d removed, %d changed against %s", added, removed, changed, f.base))
 	}
-	fmt.Fprintf(stderr, "%s: diff: no changes against %s in %s\n", programName, f.base, plural(len(head), "ManifestSync"))
+	fmt.Fprintf(stderr, "%s: diff: no changes against %s in %s\n", programName, f.base, plural.Count(len(head), "ManifestSync"))
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/manifestsync/manifestsync/internal/plural"
 )
 
 // baseReport is what diff --base found, from which every format is
@@ -121,7 +123,7 @@ func writeBaseMarkdown(w io.Writer, r *baseReport) error {
 		}
 	}
 	if added+removed+changed == 0 && len(r.Errors) == 0 {
-		fmt.Fprintf(&b, "No changes in %s of %s.\n", plural(targets, "target"), plural(len(r.Syncs), "ManifestSync"))
+		fmt.Fprintf(&b, "No changes in %s of %s.\n", plural.Count(targets, "target"), plural.Count(len(r.Syncs), "ManifestSync"))
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -137,7 +139,7 @@ func writeBaseMarkdown(w io.Writer, r *baseReport) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\n%d added, %d removed, %d changed; %s unchanged.\n", added, removed, changed, plural(unchanged, "target"))
+	fmt.Fprintf(&b, "\n%d added, %d removed, %d changed; %s unchanged.\n", added, removed, changed, plural.Count(unchanged, "target"))
 	for _, s := range r.Syncs {
 		for _, t := range s.Targets {
 			if t.changes() == 0 && t.Error == "" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/internal/plural"
 	lcue "github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
@@ -101,9 +102,9 @@ func runFmt(stdout, stderr io.Writer, f *fmtFlags, paths []string) error {
 	}
 	switch {
 	case broken > 0:
-		return usageErr("fmt: %s could not be formatted", plural(broken, "file"))
+		return usageErr("fmt: %s could not be formatted", plural.Count(broken, "file"))
 	case unformatted > 0:
-		return failed(fmt.Errorf("fmt: %s to format (engine fmt -w formats them)", plural(unformatted, "file")))
+		return failed(fmt.Errorf("fmt: %s to format (engine fmt -w formats them)", plural.Count(unformatted, "file")))
 	}
 	return nil
 }

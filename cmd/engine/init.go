@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/crd"
 )
 
@@ -160,7 +161,7 @@ func writeNew(dir string, files map[string][]byte) error {
 	}
 	if len(exist) > 0 {
 		sort.Strings(exist)
-		return usageErr("init: not overwriting %s (nothing written): %s", plural(len(exist), "file"), strings.Join(exist, ", "))
+		return usageErr("init: not overwriting %s (nothing written): %s", plural.Count(len(exist), "file"), strings.Join(exist, ", "))
 	}
 	for name, b := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/history"
 )
 
@@ -95,7 +96,7 @@ func runRollback(ctx context.Context, stdout io.Writer, f *rollbackFlags, name s
 		fmt.Fprintf(stdout, "  not restored: %s\n", n)
 	}
 	if !res.Complete() {
-		return failed(fmt.Errorf("rollback: %s not restored", plural(len(res.Notes), "input")))
+		return failed(fmt.Errorf("rollback: %s not restored", plural.Count(len(res.Notes), "input")))
 	}
 	return nil
 }

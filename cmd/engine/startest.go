@@ -17,6 +17,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/startest"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/stdlib"
 )
@@ -128,7 +129,7 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 	}
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failedN)
 	if failedN > 0 {
-		return failed(fmt.Errorf("test: %s failed", plural(failedN, "test")))
+		return failed(fmt.Errorf("test: %s failed", plural.Count(failedN, "test")))
 	}
 	return nil
 }

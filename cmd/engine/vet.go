@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
 
@@ -140,13 +141,13 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	findings := len(rep.findings())
 	switch {
 	case len(rep.Errors) > 0:
-		return &exitError{code: exitUsage, err: fmt.Errorf("vet: %s, %s", plural(len(rep.Errors), "error"), plural(findings, "finding"))}
+		return &exitError{code: exitUsage, err: fmt.Errorf("vet: %s, %s", plural.Count(len(rep.Errors), "error"), plural.Count(findings, "finding"))}
 	case findings > 0:
-		return failed(fmt.Errorf("vet: %s in %s", plural(findings, "finding"), plural(len(rep.Syncs), "ManifestSync")))
+		return failed(fmt.Errorf("vet: %s in %s", plural.Count(findings, "finding"), plural.Count(len(rep.Syncs), "ManifestSync")))
 	case len(rep.Syncs) == 0:
 		return usageErr("vet: no ManifestSync found in %v", paths)
 	}
-	fmt.Fprintf(stderr, "%s: vet: no findings in %s\n", programName, plural(len(rep.Syncs), "ManifestSync"))
+	fmt.Fprintf(stderr, "%s: vet: no findings in %s\n", programName, plural.Count(len(rep.Syncs), "ManifestSync"))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/crd"
 )
 
@@ -207,7 +208,7 @@ func junitFailure(fs []*finding) *junitProblem {
 	}
 	msg := fmt.Sprintf("%s: %s", fs[0].Rule, fs[0].text())
 	if len(fs) > 1 {
-		msg = fmt.Sprintf("%s (and %s)", msg, plural(len(fs)-1, "more finding"))
+		msg = fmt.Sprintf("%s (and %s)", msg, plural.Count(len(fs)-1, "more finding"))
 	}
 	return &junitProblem{Message: msg, Type: fs[0].Rule, Text: b.String()}
 }

@@ -368,14 +368,6 @@ func TestReadyWaitsForLabelledNamespaces(t *testing.T) {
 	}
 }
 
-func TestPlural(t *testing.T) {
-	for n, want := range map[int]string{0: "0 targets", 1: "1 target", 2: "2 targets"} {
-		if got := plural(n, "target"); got != want {
-			t.Errorf("plural(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // The closing hint names bin/engine and bin/demo/kubeconfig as a user in
 // the repository's root types them, and no kubectl; it says how to diff
 // an example as the demo applied it.

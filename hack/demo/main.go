@@ -54,6 +54,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"
@@ -179,7 +180,7 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	say(fmt.Sprintf("applied %s; waiting for them to be Ready", plural(len(syncs), "example")))
+	say(fmt.Sprintf("applied %s; waiting for them to be Ready", plural.Count(len(syncs), "example")))
 	deadline := time.Now().Add(readyTimeout)
 	ready := waitReady(ctx, c, syncs, exitWhenReady, deadline)
 	if ctx.Err() != nil {
@@ -227,14 +228,6 @@ func closingHint(engine, kubeconfig string) string {
 		fmt.Sprintf("    %s status mirror -n platform --kubeconfig %s\n", e, kc) +
 		fmt.Sprintf("==> %s/NAME/sync.yaml is each example as the demo applied it; what syncing it would change (nothing: exit 0):\n", applied) +
 		fmt.Sprintf("    %s diff -f %s --kubeconfig %s\n", e, filepath.Join(applied, "replicate-secret", "sync.yaml"), kc)
-}
-
-// plural is "1 target", "2 targets".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // shown is path as a user types it: relative when it is under the
@@ -402,7 +395,7 @@ func applyExamples(ctx context.Context, c client.Client, root, work, gitURL stri
 		if err := c.Create(ctx, ms); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 		}
-		fmt.Printf("    %-20s ManifestSync %s/%s, %s\n", filepath.Base(dir), ms.Namespace, ms.Name, plural(len(ms.Spec.Targets), "target"))
+		fmt.Printf("    %-20s ManifestSync %s/%s, %s\n", filepath.Base(dir), ms.Namespace, ms.Name, plural.Count(len(ms.Spec.Targets), "target"))
 		if len(ex.labelled) > 0 {
 			fmt.Printf("    %-20s labelled namespaces for its namespaceSelector: %s\n", "", strings.Join(ex.labelled, ", "))
 		}

@@ -301,7 +301,7 @@ func TestDeletionTimeoutOnUnreachableCluster(t *testing.T) {
 	if took < deletionTimeout-time.Second {
 		t.Errorf("finalized after %v, before the deletion timeout", took)
 	}
-	waitEvent(t, ms, EventSyncFailed, fmt.Sprintf(`leaving behind 1 objects: ConfigMap %s/cfg in cluster "remote"`, remoteNS))
+	waitEvent(t, ms, EventSyncFailed, fmt.Sprintf(`leaving behind 1 object: ConfigMap %s/cfg in cluster "remote"`, remoteNS))
 	// The local copy was pruned.
 	if _, err := getConfigMap(local, "cfg"); !apierrors.IsNotFound(err) {
 		t.Errorf("local ConfigMap: %v, want NotFound", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/health"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -300,7 +301,7 @@ func (v *healthVerdict) condition() (metav1.ConditionStatus, string, string) {
 	case len(v.pending) > 0:
 		return metav1.ConditionFalse, v1alpha1.ReasonProgressing, "waiting for " + listHealth(v.pending, false)
 	case v.unjudged > 0:
-		return metav1.ConditionUnknown, string(v1alpha1.HealthUnknown), fmt.Sprintf("%d targets were not applied", v.unjudged)
+		return metav1.ConditionUnknown, string(v1alpha1.HealthUnknown), plural.Count(v.unjudged, "target") + " not applied"
 	}
 	return metav1.ConditionTrue, string(v1alpha1.HealthHealthy), "every object is Current"
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -548,7 +549,7 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		}
 	}
 	if len(pruned) > 0 {
-		r.event(ms, false, EventPruned, "Delete", fmt.Sprintf("Pruned %d objects: %s", len(pruned), strings.Join(pruned, ", ")))
+		r.event(ms, false, EventPruned, "Delete", fmt.Sprintf("Pruned %s: %s", plural.Count(len(pruned), "object"), strings.Join(pruned, ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		timeout := r.Options.deletionTimeout()
@@ -558,8 +559,8 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		}
 		// Its own action: events of one reason and action are one series,
 		// whose note would stay the first failure's.
-		r.event(ms, true, EventSyncFailed, "RemoveFinalizer", fmt.Sprintf("Removed the finalizer after %s, leaving behind %d objects: %s (%v)",
-			timeout, len(left), strings.Join(left, ", "), err))
+		r.event(ms, true, EventSyncFailed, "RemoveFinalizer", fmt.Sprintf("Removed the finalizer after %s, leaving behind %s: %s (%v)",
+			timeout, plural.Count(len(left), "object"), strings.Join(left, ", "), err))
 		ctrl.LoggerFrom(ctx).Info("deletion timed out; objects left behind", "objects", left, "timeout", timeout.String())
 	}
 	orig := ms.DeepCopy()

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -165,7 +166,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	}
 	s.TargetsSummary = fmt.Sprintf("%d/%d", synced, len(outcomes))
 
-	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %d targets", v1alpha1.ShortRevision(res.Revision), len(outcomes))
+	reason, msg := v1alpha1.ReasonSynced, fmt.Sprintf("Applied revision %s to %s", v1alpha1.ShortRevision(res.Revision), plural.Count(len(outcomes), "target"))
 	switch {
 	case len(failures) > 0:
 		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(slices.Concat(failures, empties, conflicts), "; ")
@@ -456,7 +457,7 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 	}
 	ready := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
 	if ready && (created+configured > 0 || !wasReady) {
-		r.event(ms, false, EventSynced, "Apply", fmt.Sprintf("Applied revision %s to %d targets: %d created, %d configured, %d unchanged",
-			v1alpha1.ShortRevision(res.Revision), len(outcomes), created, configured, unchanged))
+		r.event(ms, false, EventSynced, "Apply", fmt.Sprintf("Applied revision %s to %s: %d created, %d configured, %d unchanged",
+			v1alpha1.ShortRevision(res.Revision), plural.Count(len(outcomes), "target"), created, configured, unchanged))
 	}
 }

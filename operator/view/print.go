@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manifestsync/manifestsync/engine/health"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/history"
 )
@@ -182,9 +183,9 @@ func WriteDetail(w io.Writer, d Detail, o Options) error {
 		if t.Cluster != "" {
 			where = t.Cluster + "/" + t.Namespace
 		}
-		line := fmt.Sprintf("%s (%s)  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), objectCount(len(t.Objects)))
+		line := fmt.Sprintf("%s (%s)  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), plural.Count(len(t.Objects), "object"))
 		if t.Health != "" {
-			line = fmt.Sprintf("%s (%s)  %s  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), o.paint(t.Health, t.Health, 0), objectCount(len(t.Objects)))
+			line = fmt.Sprintf("%s (%s)  %s  %s  %s", t.Name, where, o.paint(t.State, t.State, 0), o.paint(t.Health, t.Health, 0), plural.Count(len(t.Objects), "object"))
 		}
 		if t.Message != "" {
 			line += "  " + o.cut(t.Message)
@@ -217,13 +218,6 @@ func WriteDetail(w io.Writer, d Detail, o Options) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func objectCount(n int) string {
-	if n == 1 {
-		return "1 object"
-	}
-	return fmt.Sprintf("%d objects", n)
 }
 
 // when is a time for people, in UTC; "-" for none.

@@ -1,8 +1,8 @@
-package main
+package plural
 
 import "testing"
 
-func TestPlural(t *testing.T) {
+func TestCount(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		noun string
@@ -23,8 +23,8 @@ func TestPlural(t *testing.T) {
 		{1, "conflict", "1 conflict"},
 		{-1, "object", "-1 objects"},
 	} {
-		if got := plural(tc.n, tc.noun); got != tc.want {
-			t.Errorf("plural(%d, %q) = %q, want %q", tc.n, tc.noun, got, tc.want)
+		if got := Count(tc.n, tc.noun); got != tc.want {
+			t.Errorf("Count(%d, %q) = %q, want %q", tc.n, tc.noun, got, tc.want)
 		}
 	}
 }
