@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/internal/doccmd"
@@ -279,17 +278,21 @@ func TestExitCode(t *testing.T) {
 
 // The demo sets controller-runtime's logger: errors show, the client's
 // chatter does not (and no stack trace says SetLogger was never called).
+// The logger is tested as made, not through controller-runtime's global
+// one: that takes the first logger set in a process only (TestDemo's).
 func TestQuietLogs(t *testing.T) {
 	var buf bytes.Buffer
-	ctrllog.SetLogger(quietLogs(&buf))
-	t.Cleanup(func() { ctrllog.SetLogger(quietLogs(os.Stderr)) })
-	ctrllog.Log.WithName("KubeAPIWarningLogger").Info("metadata.finalizers: prefer a domain-qualified finalizer name")
+	log := quietLogs(&buf)
+	log.WithName("KubeAPIWarningLogger").Info("metadata.finalizers: prefer a domain-qualified finalizer name")
 	if buf.Len() != 0 {
 		t.Errorf("an info line was logged: %s", &buf)
 	}
-	ctrllog.Log.Error(errors.New("boom"), "creating the object set")
+	log.Error(errors.New("boom"), "creating the object set")
 	if !strings.Contains(buf.String(), "creating the object set") || !strings.Contains(buf.String(), "boom") {
 		t.Errorf("the error was not logged: %q", &buf)
+	}
+	if n := strings.Count(strings.TrimSpace(buf.String()), "\n"); n != 0 || strings.Contains(buf.String(), "demo_test.go") {
+		t.Errorf("the error took %d more lines (a stack trace?): %q", n, &buf)
 	}
 }
 

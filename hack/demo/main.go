@@ -122,8 +122,10 @@ type demo struct {
 // seconds (a cold demo's createObjectSet) prints a stack trace saying
 // log.SetLogger was never called; with one at the info level, every
 // deprecation warning of the API server would show between the tables.
+// An error is one line, without a stack trace.
 func quietLogs(w io.Writer) logr.Logger {
-	return ctrlzap.New(ctrlzap.WriteTo(w), ctrlzap.Level(zapcore.ErrorLevel))
+	return ctrlzap.New(ctrlzap.WriteTo(w), ctrlzap.Level(zapcore.ErrorLevel),
+		ctrlzap.ConsoleEncoder(), ctrlzap.StacktraceLevel(zapcore.PanicLevel))
 }
 
 func run(ctx context.Context, opts options) error {
