@@ -6,12 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 )
 
 func testMeta() Meta {
@@ -198,22 +199,22 @@ func TestParsePlatforms(t *testing.T) {
 // TestProgress: a long build says every period that it still runs, with
 // the time so far, and nothing once it is stopped.
 func TestProgress(t *testing.T) {
-	var mu syncBuffer
-	stop := progress(&mu, "engine for linux/arm64", time.Now().Add(-90*time.Second), 5*time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); strings.Count(mu.String(), "\n") < 2; time.Sleep(time.Millisecond) {
+	var out gittest.Buffer // safe for the ticker writing and the test reading
+	stop := progress(&out, "engine for linux/arm64", time.Now().Add(-90*time.Second), 5*time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(out.String(), "\n") < 2; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no progress lines after 10s: %q", mu.String())
+			t.Fatalf("no progress lines after 10s: %q", out.String())
 		}
 	}
 	stop()
-	said := mu.String()
+	said := out.String()
 	first, _, _ := strings.Cut(said, "\n")
 	if !strings.HasPrefix(first, "image: still building engine for linux/arm64 (1m3") {
 		t.Errorf("progress line %q, want the build and the time since it started", first)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if mu.String() != said {
-		t.Errorf("progress printed after it was stopped: %q", strings.TrimPrefix(mu.String(), said))
+	if out.String() != said {
+		t.Errorf("progress printed after it was stopped: %q", strings.TrimPrefix(out.String(), said))
 	}
 }
 
@@ -231,22 +232,4 @@ func TestCompileUsage(t *testing.T) {
 	if code := run(t.Context(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "image compile [-platforms LIST]") {
 		t.Errorf("no arguments: exit %d, usage %q", code, stderr.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
