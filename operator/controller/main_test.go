@@ -132,7 +132,12 @@ func newOperator(ctx context.Context, e *testenv.Env) (ctrl.Manager, *Reconciler
 	}
 	r := &Reconciler{
 		Options: Options{
-			RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
+			// A platform team's operator: every namespace is trusted,
+			// so that the tests of one behaviour write across namespaces
+			// freely. The write gate's tests (tenants_test.go) run an
+			// operator of their own, as the default install is.
+			TrustedNamespaces: []string{"*"},
+			RetryMin:          100 * time.Millisecond, RetryMax: 2 * time.Second,
 			RemoteTimeout: 2 * time.Second, DeletionTimeout: deletionTimeout,
 			Evaluator: evaluators,
 			APIServer: apiServer,

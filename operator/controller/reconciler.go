@@ -66,6 +66,21 @@ type Options struct {
 	// unreachable) before its finalizer is removed anyway, with a Warning
 	// event naming what was left behind; default 5m.
 	DeletionTimeout time.Duration
+	// TrustedNamespaces are the namespaces whose ManifestSyncs write
+	// anywhere the operator can, as a platform team's ("*": every
+	// namespace, for a cluster of one team). The ManifestSyncs of the
+	// others, without a service account, write through the write gate
+	// (see writegate.go): into their own namespace and the namespaces
+	// whose AllowFromAnnotation names theirs, no cluster-scoped object,
+	// no RBAC granting reads elsewhere. Nil trusts no namespace: `engine
+	// operator` sets its own namespace by default, as Flux trusts
+	// flux-system.
+	TrustedNamespaces []string
+	// DefaultServiceAccount, when set, is the service account (of its own
+	// namespace) that a ManifestSync of a namespace that is not trusted
+	// runs as when it names none, as Flux's --default-service-account:
+	// the API server then decides every read and write by impersonation.
+	DefaultServiceAccount string
 	// RequireServiceAccount fails every ManifestSync without
 	// spec.serviceAccountName, so that no tenant writes with the
 	// operator's own permissions (see tenancy.go), and refuses
@@ -272,9 +287,19 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	wasReady := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionReady)
 	wasFailing := healthFailed(ms)
 	reason, msg, verdict := setSyncedStatus(ms, res, outcomes, pr, r.Options.inventoryGzipThreshold(), now)
+	if reason == v1alpha1.ReasonApplyFailed && pr.err == nil && refusedOnly(outcomes) {
+		// Not retried soon: the sync waits for a change of the spec or
+		// of a Namespace's allow-from annotation (watched).
+		reason = v1alpha1.ReasonTargetNotAllowed
+		recordEvaluation(ms, res, outputDigest(res), reason, now)
+		setConditions(ms, reason, msg)
+		apimeta.SetStatusCondition(&ms.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue,
+			ObservedGeneration: ms.Generation, Reason: reason, Message: truncate(msg)})
+	}
 	observeHealth(ms, outcomes)
 	logSync(ctx, res, outcomes, pr, reason)
 	r.syncEvents(ms, res, outcomes, pr, wasReady)
+	r.notAllowedEvents(ms, outcomes)
 	if healthFailed(ms) && !wasFailing {
 		r.event(ms, true, EventHealthCheckFailed, "Wait", apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy).Message)
 	}

@@ -293,6 +293,10 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	a = c.applier(a)
 	out.cluster = c
+	if err := r.checkWrites(ctx, ms, c, t, rec); err != nil {
+		out.err = fmt.Errorf("target %q: %w", id, err)
+		return out
+	}
 	if err := checkNamespace(ctx, c, t, rec); err != nil {
 		out.err = c.targetError(t, err)
 		return out

@@ -26,22 +26,29 @@ func (r *Reconciler) checkTenancy(ms *v1alpha1.ManifestSync) error {
 }
 
 // localCluster is this cluster as ms writes to it: as the operator, or,
-// with spec.serviceAccountName, as that service account, so that a
-// ManifestSync can touch only what its account's RBAC allows. The
+// with a service account (spec.serviceAccountName, or else, in a namespace
+// that is not trusted, Options.DefaultServiceAccount), as that account, so
+// that a ManifestSync can touch only what its account's RBAC allows. The
 // operator's own caches (metadata of owned objects and namespaces) stay
 // the operator's: they only spare requests, every read that decides a
-// write and every write go through the account.
+// write and every write go through the account. As the operator, a
+// ManifestSync of a namespace that is not trusted writes through the
+// write gate (see writegate.go).
 func (r *Reconciler) localCluster(ms *v1alpha1.ManifestSync) (*cluster, error) {
 	c := &cluster{name: inCluster, client: r.Client, live: r.APIReader, managed: r.managed, namespaces: r.Client}
-	if ms.Spec.ServiceAccountName == "" {
+	account := r.Options.serviceAccount(ms)
+	if account == "" {
 		if r.Options.RequireServiceAccount {
 			return nil, errServiceAccountRequired
 		}
+		if r.Options.gated(ms) {
+			c.client = gatedClient{Client: r.Client, gate: r.writeGate(ms)}
+		}
 		return c, nil
 	}
-	ac, err := r.accounts.client(ms.Namespace, ms.Spec.ServiceAccountName)
+	ac, err := r.accounts.client(ms.Namespace, account)
 	if err != nil {
-		return nil, fmt.Errorf("service account %q: %w", ms.Spec.ServiceAccountName, err)
+		return nil, fmt.Errorf("service account %q: %w", account, err)
 	}
 	c.client, c.live = ac, ac
 	return c, nil

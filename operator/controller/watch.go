@@ -111,8 +111,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ManifestSync{}, builder.WithPredicates(specOrMetadataChanged())).
 		Watches(&v1alpha1.ManifestSync{}, handler.EnqueueRequestsFromMapFunc(r.forDependants), builder.WithPredicates(readinessChanged())).
-		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.forNamespace),
-			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.forNamespaceOrAllowFrom),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, allowFromChanged()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.concurrency(), RateLimiter: rateLimiter}).
 		Named("manifestsync").
 		Build(r)

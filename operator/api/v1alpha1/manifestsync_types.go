@@ -502,6 +502,12 @@ const (
 	// ReasonServiceAccountRequired: the operator requires
 	// spec.serviceAccountName and the ManifestSync has none.
 	ReasonServiceAccountRequired = "ServiceAccountRequired"
+	// ReasonTargetNotAllowed: the write gate refused a target of a
+	// ManifestSync without a service account, of a namespace that is not
+	// trusted (an object in a namespace that does not allow it, a
+	// cluster-scoped object, RBAC granting more than it has); nothing of
+	// that target was applied.
+	ReasonTargetNotAllowed = "TargetNotAllowed"
 
 	// ConditionHealthy is True when every applied object is Current.
 	ConditionHealthy = "Healthy"
