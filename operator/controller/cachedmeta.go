@@ -7,14 +7,17 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // cachedMeta is what the managed cache keeps of an object's metadata: its
@@ -249,11 +252,37 @@ func (t *cacheTables) kind(tm metav1.TypeMeta) *sharedKind {
 }
 
 // managedCache is the cache of managed objects, whose entries it also
-// reads without the copy a cache read makes (meta).
+// reads without the copy a cache read makes (meta). A read of a kind it
+// does not watch (see unwatchable.go), or whose watch has not synced
+// within syncWait of its start, fails at once with errNotWatched: its
+// callers then read from the API server.
 type managedCache struct {
 	cache.Cache
+	scheme *runtime.Scheme
+	// watching says since when a watch runs.
+	watching func(watchKey) (time.Time, bool)
 	// indexers are the stores of the synced metadata informers, by kind.
 	indexers sync.Map
+}
+
+// Get reads obj from the cache, once its kind's watch has synced.
+func (c *managedCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	gvk, err := apiutil.GVKForObject(obj, c.scheme)
+	if err != nil {
+		return err
+	}
+	purpose := watchManaged
+	if _, whole := obj.(*unstructured.Unstructured); whole {
+		purpose = watchHealth
+	}
+	since, ok := c.watching(watchKey{gvk: gvk, purpose: purpose})
+	if !ok {
+		return errNotWatched
+	}
+	if err := awaitSync(ctx, c.Cache, obj, since); err != nil {
+		return err
+	}
+	return c.Cache.Get(ctx, key, obj, opts...)
 }
 
 // readCachedMeta reads what the managed cache keeps of the object of kind
@@ -270,6 +299,9 @@ func readCachedMeta(ctx context.Context, reader client.Reader, gvk schema.GroupV
 		return nil, false, false
 	}
 	indexer, is := c.indexers.Load(gvk)
+	if _, watched := c.watching(watchKey{gvk: gvk, purpose: watchManaged}); !watched {
+		return nil, false, false
+	}
 	if !is {
 		probe := &metav1.PartialObjectMetadata{}
 		probe.SetGroupVersionKind(gvk)

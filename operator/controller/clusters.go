@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -94,9 +95,12 @@ func (c *cluster) down(err error) bool {
 // targetError is err of target t, naming c when it is remote and saying
 // when it is down.
 func (c *cluster) targetError(t *engine.TargetResult, err error) error {
+	var unreachable *unreachableError
 	switch {
 	case !c.remote:
 		return fmt.Errorf("target %q: %w", t.ID(), err)
+	case errors.As(err, &unreachable): // says so itself
+		return fmt.Errorf("target %q: cluster %q: %w", t.ID(), c.name, unreachable)
 	case c.down(err):
 		return fmt.Errorf("target %q: cluster %q: %s: %w", t.ID(), c.name, clusterFailure(err), err)
 	}
@@ -126,7 +130,11 @@ func (r *Reconciler) clusterByRef(ctx context.Context, ms *v1alpha1.ManifestSync
 // namespace holds.
 func (r *Reconciler) remoteCluster(ctx context.Context, ms *v1alpha1.ManifestSync, ref v1alpha1.SecretKeyReference) (*cluster, error) {
 	kc := secretKubeConfig(ms, ref)
-	rc, err := r.remotes.get(ctx, kc)
+	reader, err := r.reader(ms)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", ref.Name, err)
+	}
+	rc, err := r.remotes.get(ctx, kc, reader)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.Name, err)
 	}
@@ -173,8 +181,13 @@ type kubeConfigRef struct{ namespace, name, key string }
 // ManifestSyncs are watched (their metadata only, from the first remote
 // target on) so that a changed kubeconfig resyncs the ManifestSyncs that
 // use it.
+//
+// A kubeconfig Secret is read as the ManifestSync that uses it reads its
+// sources (r.reader: as its service account, when it has one), so that a
+// tenant uses only the kubeconfigs it may read; the client built from it
+// is shared by the readers that could, each checked again every
+// accessRecheck (RBAC changes) and whenever the Secret changes.
 type remotes struct {
-	bodies  client.Reader // Secret bodies, from the API server
 	scheme  *runtime.Scheme
 	timeout time.Duration
 	// allowExec lets kubeconfigs run credential plugins
@@ -191,9 +204,12 @@ type remotes struct {
 	// sourceclusters.go); readers are the ManifestSyncs that need the
 	// watches of a cluster, and wake enqueues them. Every idleCheck,
 	// watches no ManifestSync needs stop.
-	base      context.Context
-	readers   func(kubeConfigRef) []reconcile.Request
-	wake      func([]reconcile.Request)
+	base    context.Context
+	readers func(kubeConfigRef) []reconcile.Request
+	wake    func([]reconcile.Request)
+	// users are the ManifestSyncs that use a kubeconfig (targets and
+	// sources): those a cluster found back wakes.
+	users     func(kubeConfigRef) []reconcile.Request
 	idleCheck time.Duration
 
 	mu      sync.Mutex
@@ -211,8 +227,40 @@ type remoteClient struct {
 	http            *http.Client
 	mapper          apimeta.RESTMapper
 
+	// reach is whether the cluster answers; cancel stops its probes.
+	reach  *reachability
+	cancel context.CancelFunc
+
 	mu      sync.Mutex
 	sources *remoteSources // made on first use
+	// verified are the readers that read the Secret of this version, and
+	// when they last did.
+	verified map[client.Reader]time.Time
+}
+
+// readBy reports whether reader read the Secret of this client within
+// accessRecheck.
+func (rc *remoteClient) readBy(reader client.Reader) bool {
+	if !reflect.TypeOf(reader).Comparable() {
+		return false
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	at, ok := rc.verified[reader]
+	return ok && time.Since(at) < accessRecheck
+}
+
+// readNow records that reader read the Secret of this client.
+func (rc *remoteClient) readNow(reader client.Reader) {
+	if !reflect.TypeOf(reader).Comparable() {
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.verified == nil {
+		rc.verified = map[client.Reader]time.Time{}
+	}
+	rc.verified[reader] = time.Now()
 }
 
 // stop stops the watches of the cluster's sources, if any.
@@ -222,27 +270,34 @@ func (rc *remoteClient) stop() {
 	if rc.sources != nil {
 		rc.sources.stop()
 	}
+	if rc.cancel != nil {
+		rc.cancel()
+	}
 }
 
 // get returns the client of the kubeconfig ref, building it when the
-// Secret is new or changed.
-func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (*remoteClient, error) {
-	secrets, err := rs.watch(ref.namespace)
-	if err != nil {
-		return nil, fmt.Errorf("watching kubeconfig Secrets: %w", err)
-	}
+// Secret is new or changed; reader reads the Secret (as the ManifestSync
+// that uses it). It fails at once, naming the reason, while the cluster
+// is unreachable; a client just built first probes the cluster, for at
+// most contactTimeout.
+func (rs *remotes) get(ctx context.Context, ref kubeConfigRef, reader client.Reader) (*remoteClient, error) {
 	key := client.ObjectKey{Namespace: ref.namespace, Name: ref.name}
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err = secrets.Get(ctx, key, meta)
+	version := "" // as the operator's watch of Secrets has it
+	if secrets, err := rs.watch(ref.namespace); err == nil {
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if secrets.Get(ctx, key, meta) == nil {
+			version = meta.ResourceVersion
+		}
+	}
 	rs.mu.Lock()
 	cached := rs.clients[ref]
 	rs.mu.Unlock()
-	if err == nil && cached != nil && cached.resourceVersion == meta.ResourceVersion {
-		return cached, nil
+	if cached != nil && version != "" && cached.resourceVersion == version && cached.readBy(reader) {
+		return cached, cached.reach.err()
 	}
 	secret := &corev1.Secret{}
-	if err := rs.bodies.Get(ctx, key, secret); err != nil {
+	if err := reader.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			rs.forget(ref)
 			return nil, fmt.Errorf("kubeconfig Secret %q not found", ref.name)
@@ -250,14 +305,16 @@ func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (*remoteClient, e
 		return nil, fmt.Errorf("reading kubeconfig Secret %q: %w", ref.name, err)
 	}
 	if cached != nil && cached.resourceVersion == secret.ResourceVersion {
-		return cached, nil // the cache lags behind
+		cached.readNow(reader) // the cache lags behind, or another reader built it
+		return cached, cached.reach.err()
 	}
-	rc, err := rs.build(secret.Data[ref.key])
+	rc, err := rs.build(ref, secret.Data[ref.key])
 	if err != nil {
 		rs.forget(ref)
 		return nil, fmt.Errorf("kubeconfig Secret %q, key %q: %w", ref.name, ref.key, err)
 	}
 	rc.resourceVersion = secret.ResourceVersion
+	rc.readNow(reader)
 	rs.mu.Lock()
 	old := rs.clients[ref]
 	rs.clients[ref] = rc
@@ -265,7 +322,7 @@ func (rs *remotes) get(ctx context.Context, ref kubeConfigRef) (*remoteClient, e
 	if old != nil {
 		old.stop() // its watches used the credentials replaced
 	}
-	return rc, nil
+	return rc, rc.reach.contact(ctx)
 }
 
 // forget drops the client of ref, and stops its watches.
@@ -289,7 +346,7 @@ var errKubeconfigExec = errors.New("the kubeconfig gets its credentials from a p
 // reconcile. A kubeconfig may not name files, nor run programs unless
 // allowExec: those would run, or read, on the operator's machine with the
 // operator's rights.
-func (rs *remotes) build(kubeconfig []byte) (*remoteClient, error) {
+func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, error) {
 	if len(kubeconfig) == 0 {
 		return nil, errors.New("no kubeconfig")
 	}
@@ -306,6 +363,35 @@ func (rs *remotes) build(kubeconfig []byte) (*remoteClient, error) {
 	cfg.Timeout = rs.timeout
 	cfg.QPS, cfg.Burst = rs.qps, rs.burst
 	cfg.UserAgent = FieldManager + "-operator"
+	base := rs.base
+	if base == nil {
+		base = context.Background()
+	}
+	ctx, cancel := context.WithCancel(base)
+	reach, err := newReachability(ctx, cfg, min(rs.timeout, contactTimeout),
+		ctrl.Log.WithName("cluster").WithValues("cluster", ref.name, "namespace", ref.namespace))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	reach.wake = func() {
+		if rs.users != nil && rs.wake != nil {
+			rs.wake(rs.users(ref))
+		}
+	}
+	reach.needed = func() bool { return rs.users == nil || len(rs.users(ref)) > 0 }
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &remoteTransport{next: rt, reach: reach} })
+	rc, err := rs.clientFor(cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	rc.reach, rc.cancel = reach, cancel
+	return rc, nil
+}
+
+// clientFor makes the clients of cfg.
+func (rs *remotes) clientFor(cfg *rest.Config) (*remoteClient, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -332,7 +418,6 @@ func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error 
 	}
 	r.accounts = &accounts{config: mgr.GetConfig(), scheme: mgr.GetScheme(), mapper: r.Mapper, clients: map[string]client.Client{}}
 	r.remotes = &remotes{
-		bodies:    r.APIReader,
 		scheme:    mgr.GetScheme(),
 		timeout:   r.Options.remoteTimeout(),
 		allowExec: r.Options.AllowKubeconfigExec,

@@ -159,7 +159,8 @@ func (o appliedObject) isDrift(now liveObject) bool {
 // observe reads an applied object's version and owned fields from the
 // managed cache and, when the cache shows it changed in its fields (the
 // cache may lag behind our own writes, or not hold it: it left our label),
-// from the API server. A status write costs no request.
+// from the API server. A status write costs no request. A kind the cache
+// does not hold is read from the API server.
 func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
 	if m, found, ok := readCachedMeta(ctx, c.managed, o.item.gvk(), objectKey(o.item.id)); ok {
 		if found {
@@ -184,9 +185,9 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 		if !o.isDrift(now) {
 			return now, nil
 		}
-	case !apierrors.IsNotFound(err):
-		return liveObject{}, fmt.Errorf("reading %s from the cache: %w", o.item.id.String(), err)
 	}
+	// Not in the cache, or not cached (a kind the operator may not watch,
+	// or whose cache has not synced): the API server tells.
 	return readLive(ctx, c, o, manager)
 }
 

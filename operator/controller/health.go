@@ -151,17 +151,11 @@ func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) 
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
-	var err error
-	if needs {
-		err = reader.Get(ctx, objectKey(ch.Item.id), obj)
-	} else {
-		meta := &metav1.PartialObjectMetadata{}
-		meta.SetGroupVersionKind(gvk)
-		if err = reader.Get(ctx, objectKey(ch.Item.id), meta); err == nil {
-			obj.SetName(meta.Name)
-			obj.SetNamespace(meta.Namespace)
-			obj.SetDeletionTimestamp(meta.DeletionTimestamp)
-		}
+	err := readObject(ctx, reader, objectKey(ch.Item.id), obj, needs)
+	if err != nil && !apierrors.IsNotFound(err) && !c.remote {
+		// Not cached (a kind the operator may not watch, or whose cache
+		// has not synced): the API server tells.
+		err = readObject(ctx, c.live, objectKey(ch.Item.id), obj, needs)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -170,6 +164,23 @@ func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) 
 		return health.Result{Status: health.Unknown, Message: fmt.Sprintf("reading it: %v", err)}
 	}
 	return checker.Check(obj)
+}
+
+// readObject reads the object at key into obj, of its kind: whole, or only
+// its metadata.
+func readObject(ctx context.Context, reader client.Reader, key client.ObjectKey, obj *unstructured.Unstructured, whole bool) error {
+	if whole {
+		return reader.Get(ctx, key, obj)
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := reader.Get(ctx, key, meta); err != nil {
+		return err
+	}
+	obj.SetName(meta.Name)
+	obj.SetNamespace(meta.Namespace)
+	obj.SetDeletionTimestamp(meta.DeletionTimestamp)
+	return nil
 }
 
 // judgeTarget judges the health of the target's objects that are ours,

@@ -84,7 +84,11 @@ func (r *Reconciler) sourceClusterOf(ctx context.Context, ms *v1alpha1.ManifestS
 // first use.
 func (r *Reconciler) remoteWatches(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef) (*remoteSources, error) {
 	ref := kubeConfigRefOf(ms, c)
-	rc, err := r.remotes.get(ctx, ref)
+	reader, err := r.reader(ms)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
+	}
+	rc, err := r.remotes.get(ctx, ref, reader)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
 	}
@@ -464,6 +468,9 @@ func (r *Reconciler) setupSourceClusters(ctx context.Context, mgr ctrl.Manager) 
 	r.remotes.idleCheck = time.Minute
 	r.remotes.readers = func(ref kubeConfigRef) []reconcile.Request {
 		return r.listBy(base, indexClusterSources, ref.String())
+	}
+	r.remotes.users = func(ref kubeConfigRef) []reconcile.Request {
+		return r.listBy(base, indexKubeConfigs, ref.namespace+"/"+ref.name)
 	}
 	r.remotes.wake = func(reqs []reconcile.Request) {
 		for _, req := range reqs {

@@ -337,7 +337,7 @@ func TestKubeconfigExec(t *testing.T) {
 
 	// With the flag, the same kubeconfig reads the remote cluster.
 	rs := &remotes{scheme: env.Scheme, timeout: 5 * time.Second, allowExec: true}
-	rc, err := rs.build(kc)
+	rc, err := rs.build(kubeConfigRef{name: "exec"}, kc)
 	if err != nil {
 		t.Fatalf("with --allow-kubeconfig-exec: %v", err)
 	}
@@ -346,7 +346,7 @@ func TestKubeconfigExec(t *testing.T) {
 		t.Errorf("reading the remote ConfigMap with the plugin's credentials: %v, data %v", err, cm.Data)
 	}
 	rs.allowExec = false
-	if _, err := rs.build(kc); !errors.Is(err, errKubeconfigExec) {
+	if _, err := rs.build(kubeConfigRef{name: "exec"}, kc); !errors.Is(err, errKubeconfigExec) {
 		t.Errorf("without --allow-kubeconfig-exec: %v, want %v", err, errKubeconfigExec)
 	}
 }

@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -89,6 +91,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return err
 	}
+	w := &watches{
+		mapper:     mgr.GetRESTMapper(),
+		forSource:  r.forSource,
+		forOwner:   r.Options.ownerRequests,
+		access:     &kindAccess{client: mgr.GetClient(), mapper: mgr.GetRESTMapper(), denied: map[accessKey]time.Time{}},
+		log:        mgr.GetLogger().WithName("watches"),
+		started:    map[watchKey]bool{},
+		since:      map[watchKey]time.Time{},
+		namespaces: map[string]cache.Cache{},
+	}
 	managed, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient:           mgr.GetHTTPClient(),
 		Scheme:               mgr.GetScheme(),
@@ -96,7 +108,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		DefaultLabelSelector: labels.NewSelector().Add(*owned),
 		// Our own managed fields entry stays: drift is judged by it.
 		DefaultTransform: keepOwnFields(r.Options.fieldManager()),
-		NewInformer:      withoutNamespaceIndex(r.Options.APIServer.NewInformer),
+		NewInformer:      w.onForbidden("", withoutNamespaceIndex(r.Options.APIServer.NewInformer)),
+		// A read of a kind not watched never starts a watch (which, for a
+		// kind the operator may not list, would never sync).
+		ReaderFailOnMissingInformer: true,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the cache of managed objects: %w", err)
@@ -104,7 +119,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(cacheRunnable{managed}); err != nil {
 		return err
 	}
-	r.managed = &managedCache{Cache: managed}
+	w.managedCache = managed
+	w.reader = &managedCache{Cache: managed, scheme: mgr.GetScheme(), watching: w.watching}
+	r.managed = w.reader
 
 	rateLimiter := workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
 		orDefault(r.Options.RetryMin, time.Second), orDefault(r.Options.RetryMax, 5*time.Minute))
@@ -119,30 +136,24 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return err
 	}
-	r.watches = &watches{
-		ctrl:         c,
-		managedCache: managed,
-		mapper:       mgr.GetRESTMapper(),
-		forSource:    r.forSource,
-		forOwner:     r.Options.ownerRequests,
-		newCache: func(namespace string) (cache.Cache, error) {
-			c, err := cache.New(mgr.GetConfig(), cache.Options{
-				HTTPClient:        mgr.GetHTTPClient(),
-				Scheme:            mgr.GetScheme(),
-				Mapper:            mgr.GetRESTMapper(),
-				DefaultNamespaces: map[string]cache.Config{namespace: {}},
-				DefaultTransform:  cache.TransformStripManagedFields(),
-				NewInformer:       r.Options.APIServer.NewInformer,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("creating the cache of namespace %q: %w", namespace, err)
-			}
-			// Started at once when the manager runs already.
-			return c, mgr.Add(cacheRunnable{c})
-		},
-		started:    map[watchKey]bool{},
-		namespaces: map[string]cache.Cache{},
+	w.ctrl = c
+	w.newCache = func(namespace string) (cache.Cache, error) {
+		c, err := cache.New(mgr.GetConfig(), cache.Options{
+			HTTPClient:        mgr.GetHTTPClient(),
+			Scheme:            mgr.GetScheme(),
+			Mapper:            mgr.GetRESTMapper(),
+			DefaultNamespaces: map[string]cache.Config{namespace: {}},
+			DefaultTransform:  cache.TransformStripManagedFields(),
+			NewInformer:       w.onForbidden(namespace, r.Options.APIServer.NewInformer),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("creating the cache of namespace %q: %w", namespace, err)
+		}
+		// Started at once when the manager runs already.
+		return &namespaceCache{Cache: c, namespace: namespace, direct: r.APIReader, scheme: mgr.GetScheme(), watching: w.watchingIn},
+			mgr.Add(cacheRunnable{c})
 	}
+	r.watches = w
 	return r.setupClusters(ctx, mgr)
 }
 
@@ -239,14 +250,20 @@ func withoutNamespaceIndex(newInformer func(toolscache.ListerWatcher, runtime.Ob
 type watches struct {
 	ctrl         controller.Controller
 	managedCache cache.Cache
+	reader       *managedCache // managedCache, as the reconciler reads it
 	mapper       apimeta.RESTMapper
 	forSource    func(schema.GroupVersionKind) handler.MapFunc
 	forOwner     handler.MapFunc // the ManifestSync of one of our objects
 	// newCache makes and starts the cache of one namespace's objects.
 	newCache func(namespace string) (cache.Cache, error)
+	// access tells the kinds the operator may list and watch (see
+	// unwatchable.go).
+	access *kindAccess
+	log    logr.Logger
 
 	mu         sync.Mutex
 	started    map[watchKey]bool
+	since      map[watchKey]time.Time // when each started
 	namespaces map[string]cache.Cache // by namespace, made by newCache
 }
 
@@ -283,8 +300,19 @@ func (w *watches) kubeConfigs(namespace string, h handler.MapFunc) (client.Reade
 }
 
 // managed watches the metadata of our objects of kind gvk, for drift.
+// A kind the operator may not list and watch is not watched: its objects
+// are read from the API server.
 func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) error {
-	return w.start(watchKey{gvk: gvk, purpose: watchManaged}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner))
+	return notWatchableIsNil(w.start(watchKey{gvk: gvk, purpose: watchManaged}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner)))
+}
+
+// notWatchableIsNil is err, but nil for errNotWatchable: the kind is read
+// directly.
+func notWatchableIsNil(err error) error {
+	if errors.Is(err, errNotWatchable) {
+		return nil
+	}
+	return err
 }
 
 // health watches our objects of kind gvk whole, for their health: the
@@ -292,7 +320,7 @@ func (w *watches) managed(ctx context.Context, gvk schema.GroupVersionKind) erro
 // their ManifestSync. Only the kinds whose health needs more than their
 // metadata are watched so (see health.Checker.NeedsObject).
 func (w *watches) health(ctx context.Context, gvk schema.GroupVersionKind) error {
-	return w.start(watchKey{gvk: gvk, purpose: watchHealth}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner), healthChanged())
+	return notWatchableIsNil(w.start(watchKey{gvk: gvk, purpose: watchHealth}, w.managedCache, handler.EnqueueRequestsFromMapFunc(w.forOwner), healthChanged()))
 }
 
 // healthChanged passes the events that may change an object's health:
@@ -312,7 +340,9 @@ func healthChanged() predicate.Predicate {
 }
 
 // inNamespace starts the watch key of a kind in its namespace's cache,
-// made on first use, and returns that cache.
+// made on first use, and returns that cache. A kind the operator may not
+// list and watch there is not watched: the cache reads it from the API
+// server (see namespaceCache).
 func (w *watches) inNamespace(key watchKey, h handler.EventHandler, preds ...predicate.Predicate) (client.Reader, error) {
 	w.mu.Lock()
 	c := w.namespaces[key.namespace]
@@ -325,18 +355,32 @@ func (w *watches) inNamespace(key watchKey, h handler.EventHandler, preds ...pre
 		w.namespaces[key.namespace] = c
 	}
 	w.mu.Unlock()
-	return c, w.start(key, c, h, preds...)
+	return c, notWatchableIsNil(w.start(key, c, h, preds...))
 }
 
+// errNotWatchable is start's error for a kind the operator may not list
+// and watch (or could not find out whether it may).
+var errNotWatchable = errors.New("the operator may not list and watch the kind")
+
 func (w *watches) start(key watchKey, c cache.Cache, h handler.EventHandler, preds ...predicate.Predicate) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started[key] {
+	if _, ok := w.watching(key); ok {
 		return nil
 	}
 	// An unknown kind would make the watch retry forever; fail instead.
 	if _, err := w.mapper.RESTMapping(key.gvk.GroupKind(), key.gvk.Version); err != nil {
 		return err
+	}
+	// So would a kind the operator may not list and watch.
+	if ok, err := w.access.watchable(context.Background(), key.gvk, key.namespace); !ok {
+		if err != nil {
+			w.log.V(1).Info("reading a kind directly: could not tell whether the operator may watch it", "kind", key.gvk.String(), "error", err.Error())
+		}
+		return errNotWatchable
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started[key] {
+		return nil
 	}
 	var obj client.Object
 	if key.purpose == watchHealth {
@@ -345,9 +389,12 @@ func (w *watches) start(key watchKey, c cache.Cache, h handler.EventHandler, pre
 		obj = &metav1.PartialObjectMetadata{}
 	}
 	obj.GetObjectKind().SetGroupVersionKind(key.gvk)
+	if nc, ok := c.(*namespaceCache); ok {
+		c = nc.Cache // the source's events come from the informer itself
+	}
 	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h, preds...)); err != nil {
 		return err
 	}
-	w.started[key] = true
+	w.started[key], w.since[key] = true, time.Now()
 	return nil
 }
