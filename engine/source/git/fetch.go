@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,27 +30,52 @@ import (
 )
 
 // Options configure a Fetcher. The zero value keeps the cache in memory,
-// applies the defaults of source.Limits and gives each Fetch a minute.
+// applies the defaults of source.Limits and of the fields below, gives
+// each fetch a minute and waits for it.
 type Options struct {
 	// CacheDir holds one bare repository per remote URL; "" keeps them in
 	// memory. One Fetcher at a time may use a directory.
 	CacheDir string
-	// Limits bound the files of a snapshot.
+	// Limits bound the files of a snapshot; MaxBytes is at most
+	// MaxCacheBytes, as a snapshot is kept in the cache.
 	Limits source.Limits
-	// Timeout bounds one Fetch, ref listing and fetch included.
+	// MaxFileBytes bounds one file, and any object the server sends: an
+	// object's size is read from its header, and a larger one fails the
+	// fetch before its content is read. Default 8 MiB.
+	MaxFileBytes int64
+	// MaxCacheBytes bounds what the cache holds in memory (repositories
+	// kept in memory and snapshots), least recently used dropped first,
+	// and what one fetch may bring. Default 128 MiB.
+	MaxCacheBytes int64
+	// Timeout bounds one fetch: connecting, the ref listing and the pack.
 	Timeout time.Duration
+	// Wait is how long Fetch waits for the server; 0 waits for the whole
+	// fetch. When it passes first, the fetch goes on in the background
+	// (one per source and credentials: a Fetch of the same source joins
+	// it, and the next one gets its result), and Fetch returns the last
+	// snapshot it returned for the same source and credentials, or else a
+	// *PendingError, whose Done says when to ask again. So a server that
+	// does not answer holds no caller longer than Wait.
+	Wait time.Duration
 }
 
-const defaultTimeout = time.Minute
+const (
+	defaultTimeout       = time.Minute
+	defaultMaxFileBytes  = 8 << 20
+	defaultMaxCacheBytes = 128 << 20
+)
 
 // Fetcher makes snapshots of Git sources, keeping a cache of repositories
 // and snapshots between calls. It is safe for concurrent use.
 type Fetcher struct {
 	opts Options
 
-	mu    sync.Mutex
-	repos map[string]*cachedRepo
-	snaps map[snapKey]cachedSnap
+	mu      sync.Mutex
+	repos   map[string]*cachedRepo
+	snaps   map[snapKey]*cachedSnap
+	flights map[flightKey]*flight
+	served  map[flightKey]*engine.Snapshot
+	clients map[[32]byte]*http.Client
 }
 
 // cachedRepo is the local copy of one remote.
@@ -58,6 +84,10 @@ type cachedRepo struct {
 	// that waiting for it can be cancelled.
 	lock chan struct{}
 	repo *git.Repository // opened on first use
+	// bytes is the size of the objects it holds in memory, used when it
+	// was last fetched into; both are guarded by Fetcher.mu.
+	bytes int64
+	used  time.Time
 }
 
 type snapKey struct{ url, ref, path string }
@@ -66,14 +96,62 @@ type cachedSnap struct {
 	commit plumbing.Hash
 	files  map[string][]byte
 	time   time.Time
+	bytes  int64
 }
+
+// flightKey names a fetch: a source and the digest of its credentials, so
+// that no caller joins, or is served the result of, a fetch made with
+// credentials it does not hold.
+type flightKey struct {
+	snapKey
+	auth string
+}
+
+// flight is one fetch, running or ended.
+type flight struct {
+	done chan struct{}
+	snap *engine.Snapshot
+	err  error
+}
+
+// ErrPending is what a *PendingError is.
+var ErrPending = errors.New("fetch in progress")
+
+// PendingError says that the server did not answer within Options.Wait;
+// the fetch goes on, and Done is closed when it ends.
+type PendingError struct {
+	Done <-chan struct{}
+	wait time.Duration
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("%s: no answer from the server within %s; retried when the fetch ends", ErrPending, e.wait)
+}
+
+// Is makes errors.Is(err, ErrPending) hold.
+func (e *PendingError) Is(target error) bool { return target == ErrPending }
 
 // New returns a Fetcher with an empty cache.
 func New(opts Options) *Fetcher {
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
 	}
-	return &Fetcher{opts: opts, repos: map[string]*cachedRepo{}, snaps: map[snapKey]cachedSnap{}}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = defaultMaxFileBytes
+	}
+	if opts.MaxCacheBytes <= 0 {
+		opts.MaxCacheBytes = defaultMaxCacheBytes
+	}
+	opts.Limits = withDefaults(opts.Limits)
+	opts.Limits.MaxBytes = min(opts.Limits.MaxBytes, opts.MaxCacheBytes)
+	return &Fetcher{
+		opts:    opts,
+		repos:   map[string]*cachedRepo{},
+		snaps:   map[snapKey]*cachedSnap{},
+		flights: map[flightKey]*flight{},
+		served:  map[flightKey]*engine.Snapshot{},
+		clients: map[[32]byte]*http.Client{},
+	}
 }
 
 // job is one Fetch, its inputs checked.
@@ -83,6 +161,7 @@ type job struct {
 	dir      string
 	auth     transport.AuthMethod
 	caBundle []byte
+	key      flightKey
 }
 
 // Fetch returns the snapshot of the source called name. auth may be nil.
@@ -123,11 +202,74 @@ func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth)
 	if auth != nil {
 		j.caBundle = auth.CABundle
 	}
-	cause := fmt.Errorf("timed out after %s: %w", f.opts.Timeout, context.DeadlineExceeded)
-	ctx, cancel := context.WithTimeoutCause(ctx, f.opts.Timeout, cause)
-	defer cancel()
-	snap, err := f.run(ctx, j)
+	j.key = flightKey{
+		snapKey: snapKey{url: r.key, ref: source.DescribeRef(src.Ref), path: dir},
+		auth:    auth.digest(r),
+	}
+	snap, err := f.await(ctx, j)
 	return snap, r.display, err
+}
+
+// await joins the fetch of j's source and credentials, or starts it, and
+// waits for it as Options.Wait says.
+func (f *Fetcher) await(ctx context.Context, j *job) (*engine.Snapshot, error) {
+	fl := f.flight(j)
+	var wait <-chan time.Time
+	if f.opts.Wait > 0 {
+		t := time.NewTimer(f.opts.Wait)
+		defer t.Stop()
+		wait = t.C
+	}
+	select {
+	case <-fl.done:
+	case <-wait:
+		f.mu.Lock()
+		last := f.served[j.key]
+		f.mu.Unlock()
+		if last != nil {
+			return cloneSnap(last), nil
+		}
+		return nil, &PendingError{Done: fl.done, wait: f.opts.Wait}
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.flights[j.key] == fl { // the next Fetch asks the server again
+		delete(f.flights, j.key)
+	}
+	if fl.err != nil {
+		delete(f.served, j.key)
+		return nil, fl.err
+	}
+	f.served[j.key] = fl.snap
+	return cloneSnap(fl.snap), nil
+}
+
+func cloneSnap(s *engine.Snapshot) *engine.Snapshot {
+	c := *s
+	c.Files = maps.Clone(s.Files)
+	return &c
+}
+
+// flight returns the fetch of j's key, starting it if there is none.
+func (f *Fetcher) flight(j *job) *flight {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl, ok := f.flights[j.key]; ok {
+		return fl
+	}
+	fl := &flight{done: make(chan struct{})}
+	f.flights[j.key] = fl
+	go func() {
+		cause := fmt.Errorf("timed out after %s: %w", f.opts.Timeout, context.DeadlineExceeded)
+		ctx, cancel := context.WithTimeoutCause(context.Background(), f.opts.Timeout, cause)
+		defer cancel()
+		fl.snap, fl.err = f.run(ctx, j)
+		close(fl.done)
+		f.evict()
+	}()
+	return fl
 }
 
 // run does j holding the lock of its repository. When ctx ends first it
@@ -174,6 +316,7 @@ func (f *Fetcher) repo(key string) *cachedRepo {
 		cr = &cachedRepo{lock: make(chan struct{}, 1)}
 		f.repos[key] = cr
 	}
+	cr.used = time.Now()
 	return cr
 }
 
@@ -187,7 +330,7 @@ func (f *Fetcher) sync(ctx context.Context, cr *cachedRepo, j *job) (*engine.Sna
 		}
 		cr.repo = repo
 	}
-	sess, err := j.openSession(ctx)
+	sess, err := f.openSession(ctx, j)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -210,6 +353,7 @@ func (f *Fetcher) sync(ctx context.Context, cr *cachedRepo, j *job) (*engine.Sna
 	if err != nil {
 		return nil, err
 	}
+	f.measure(cr)
 	return f.snapshot(st, commit, t, j)
 }
 
@@ -219,7 +363,8 @@ func (f *Fetcher) open(key string) (*git.Repository, error) {
 		return git.Init(memory.NewStorage(), nil)
 	}
 	dir := f.cacheDir(key)
-	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRUDefault())
+	// The objects read last are kept in memory, up to a file's limit.
+	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(cache.FileSize(f.opts.MaxFileBytes)))
 	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		repo, err = git.Init(st, nil)
@@ -251,16 +396,16 @@ func (f *Fetcher) discard(cr *cachedRepo, key string) error {
 // snapshot returns the snapshot of commit, reading its tree only when the
 // cache holds no snapshot of it for the same URL, ref and path.
 func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j *job) (*engine.Snapshot, error) {
-	key := snapKey{url: j.remote.key, ref: source.DescribeRef(j.ref), path: j.dir}
+	key := j.key.snapKey
 	f.mu.Lock()
 	cached, ok := f.snaps[key]
 	f.mu.Unlock()
 	if !ok || cached.commit != commit.Hash {
-		files, err := readFiles(st, commit, j.dir, f.opts.Limits)
+		files, size, err := readFiles(st, commit, j.dir, f.opts.Limits, f.opts.MaxFileBytes)
 		if err != nil {
 			return nil, err
 		}
-		cached = cachedSnap{commit: commit.Hash, files: files, time: commit.Committer.When.UTC()}
+		cached = &cachedSnap{commit: commit.Hash, files: files, time: commit.Committer.When.UTC(), bytes: size}
 		f.mu.Lock()
 		f.snaps[key] = cached
 		f.mu.Unlock()

@@ -596,7 +596,7 @@ func TestUnreachable(t *testing.T) {
 // answers: the fetch ends when Options.Timeout says.
 func TestTimeout(t *testing.T) {
 	t.Parallel()
-	silent := startSilentServer(t)
+	silent := gittest.Blackhole(t)
 	for _, scheme := range []string{"git", "http"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
@@ -674,8 +674,10 @@ func TestCacheDir(t *testing.T) {
 	}
 }
 
-// TestConcurrentFetches fetches one source from many goroutines: fetches
-// of a URL take turns, so the server sees one fetch.
+// TestConcurrentFetches fetches one source from many goroutines: callers
+// of one source with the same credentials join one fetch, and fetches of
+// a URL take turns, so the server sees one fetch and fewer listings than
+// callers.
 func TestConcurrentFetches(t *testing.T) {
 	t.Parallel()
 	s := httpTransport(t)
@@ -697,7 +699,7 @@ func TestConcurrentFetches(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if got := s.usage(); got.fetches != 1 || got.listings != int64(cap(errs)) {
+	if got := s.usage(); got.fetches != 1 || got.listings >= int64(cap(errs)) {
 		t.Errorf("the server served %+v", got)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
-	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	"github.com/go-git/go-git/v5/storage"
 )
 
@@ -25,13 +24,14 @@ import (
 type session struct {
 	sess transport.UploadPackSession
 	adv  *packp.AdvRefs
+	// maxObject and maxTotal bound the objects of a pack (guardPack).
+	maxObject, maxTotal int64
 }
 
 // openSession connects to the remote and reads its refs.
-func (j *job) openSession(ctx context.Context) (*session, error) {
+func (f *Fetcher) openSession(ctx context.Context, j *job) (*session, error) {
 	ep := *j.remote.ep
-	ep.CaBundle = j.caBundle
-	c, err := client.NewClient(&ep)
+	c, err := f.transportFor(&ep, j.caBundle)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (j *job) openSession(ctx context.Context) (*session, error) {
 		sess.Close()
 		return nil, err
 	}
-	return &session{sess: sess, adv: adv}, nil
+	return &session{sess: sess, adv: adv, maxObject: f.opts.MaxFileBytes, maxTotal: f.opts.MaxCacheBytes}, nil
 }
 
 func (s *session) Close() error { return s.sess.Close() }
@@ -112,7 +112,12 @@ func (s *session) fetch(ctx context.Context, st storage.Storer, wants []plumbing
 	if err := updateShallow(st, resp.ShallowUpdate); err != nil {
 		return err
 	}
-	return storePack(st, demux(req, resp), thin)
+	pack := guardPack(demux(req, resp), s.maxObject, s.maxTotal)
+	err = storePack(st, pack, thin)
+	if lerr := pack.limitErr(); lerr != nil {
+		return lerr
+	}
+	return err
 }
 
 // refTips returns the hashes the refs of st point to.

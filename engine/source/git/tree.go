@@ -51,28 +51,32 @@ func cleanPath(p string) (string, error) {
 
 // treeReader collects the files of a tree within limits.
 type treeReader struct {
-	st     storer.EncodedObjectStorer
-	limits source.Limits
-	files  map[string][]byte
-	total  int64
+	st      storer.EncodedObjectStorer
+	limits  source.Limits
+	maxFile int64
+	files   map[string][]byte
+	total   int64
 }
 
-// readFiles returns the files of commit under dir, keyed relative to dir.
-func readFiles(st storer.EncodedObjectStorer, commit *object.Commit, dir string, limits source.Limits) (map[string][]byte, error) {
+// readFiles returns the files of commit under dir, keyed relative to dir,
+// and their size. Every file's size is checked, from its object's header,
+// before it is read: one over maxFile, or one that takes the total over
+// limits.MaxBytes, fails the snapshot with an error naming it.
+func readFiles(st storer.EncodedObjectStorer, commit *object.Commit, dir string, limits source.Limits, maxFile int64) (map[string][]byte, int64, error) {
 	tree, err := commit.Tree()
 	if err != nil {
-		return nil, fmt.Errorf("commit %s: %w", commit.Hash, err)
+		return nil, 0, fmt.Errorf("commit %s: %w", commit.Hash, err)
 	}
 	if dir != "" {
 		if tree, err = subtree(st, tree, dir); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	r := &treeReader{st: st, limits: withDefaults(limits), files: map[string][]byte{}}
+	r := &treeReader{st: st, limits: withDefaults(limits), maxFile: maxFile, files: map[string][]byte{}}
 	if err := r.walk(tree, ""); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return r.files, nil
+	return r.files, r.total, nil
 }
 
 func subtree(st storer.EncodedObjectStorer, tree *object.Tree, dir string) (*object.Tree, error) {
@@ -120,9 +124,12 @@ func (r *treeReader) add(p string, h plumbing.Hash) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
+	if r.maxFile > 0 && blob.Size > r.maxFile {
+		return fmt.Errorf("%w: file %s is %d bytes, over the limit of %d bytes a file", ErrLimit, p, blob.Size, r.maxFile)
+	}
 	r.total += blob.Size
 	if r.total > r.limits.MaxBytes {
-		return fmt.Errorf("%w: more than %d bytes (the size limit)", ErrLimit, r.limits.MaxBytes)
+		return fmt.Errorf("%w: more than %d bytes (the size limit), at file %s", ErrLimit, r.limits.MaxBytes, p)
 	}
 	rd, err := blob.Reader()
 	if err != nil {

@@ -217,3 +217,39 @@ func PublishDir(root, name, dir, work string) (string, error) {
 	}
 	return git(tree, "rev-parse", "HEAD")
 }
+
+// Blackhole accepts connections on 127.0.0.1 and never answers, as a git
+// server that hangs does; it returns the port. The listener and every
+// connection are closed when the test ends.
+func Blackhole(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().(*net.TCPAddr).Port
+}

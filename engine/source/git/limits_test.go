@@ -1,0 +1,331 @@
+package git
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// bigBlobSize is what the blob of the big-blob server holds: 500 MB of
+// zeros, about 500 kB on the wire.
+const bigBlobSize = 500_000_000
+
+// bigBlob is the deflated content of the big blob and its object hash,
+// made once (a second or two of CPU, nothing on disk).
+var bigBlob = sync.OnceValues(func() ([]byte, [20]byte) {
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestSpeed)
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", bigBlobSize)
+	zeros := make([]byte, 1<<20)
+	w := io.MultiWriter(zw, h)
+	for range bigBlobSize / len(zeros) {
+		_, _ = w.Write(zeros)
+	}
+	zw.Close()
+	var sum [20]byte
+	copy(sum[:], h.Sum(nil))
+	return z.Bytes(), sum
+})
+
+// startBigBlobServer serves, over smart http, at every path, a repository whose only
+// commit holds big.yaml, a blob of bigBlobSize bytes, in the pack git
+// would send: commit, tree, blob. It counts the bytes of packs it sent.
+func startBigBlobServer(t *testing.T) (url string, sent *atomic.Int64) {
+	t.Helper()
+	blobZ, blobHash := bigBlob()
+	tree := append([]byte("100644 big.yaml\x00"), blobHash[:]...)
+	treeHash := objectHash("tree", tree)
+	commit := []byte(fmt.Sprintf("tree %x\nauthor A <a@example.com> 0 +0000\ncommitter A <a@example.com> 0 +0000\n\nbig\n", treeHash))
+	commitHash := fmt.Sprintf("%x", objectHash("commit", commit))
+	sent = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/info/refs"):
+			w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+			io.WriteString(w, pkt("# service=git-upload-pack\n")+"0000"+
+				pkt(commitHash+" HEAD\x00shallow no-progress ofs-delta symref=HEAD:refs/heads/main agent=git/test\n")+
+				pkt(commitHash+" refs/heads/main\n")+"0000")
+		case strings.HasSuffix(r.URL.Path, "/git-upload-pack"):
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
+			io.WriteString(w, pkt("shallow "+commitHash+"\n")+"0000"+pkt("NAK\n"))
+			h := sha1.New()
+			out := io.MultiWriter(h, &countingWriter{w, sent})
+			hdr := []byte("PACK")
+			hdr = binary.BigEndian.AppendUint32(hdr, 2)
+			hdr = binary.BigEndian.AppendUint32(hdr, 3)
+			out.Write(hdr)
+			writePackObject(out, 1, commit)
+			writePackObject(out, 2, tree)
+			out.Write(packObjectHeader(3, bigBlobSize))
+			for rest := blobZ; len(rest) > 0; rest = rest[min(len(rest), 32<<10):] {
+				if _, err := out.Write(rest[:min(len(rest), 32<<10)]); err != nil {
+					return // the client hung up
+				}
+			}
+			w.Write(h.Sum(nil))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, sent
+}
+
+func pkt(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+
+func objectHash(kind string, content []byte) [20]byte {
+	return sha1.Sum(append([]byte(fmt.Sprintf("%s %d\x00", kind, len(content))), content...))
+}
+
+// packObjectHeader is the header of an object of a pack: its type and
+// inflated size.
+func packObjectHeader(typ byte, size int64) []byte {
+	b := []byte{typ<<4 | byte(size&0x0f)}
+	size >>= 4
+	for size > 0 {
+		b[len(b)-1] |= 0x80
+		b = append(b, byte(size&0x7f))
+		size >>= 7
+	}
+	return b
+}
+
+func writePackObject(w io.Writer, typ byte, content []byte) {
+	w.Write(packObjectHeader(typ, int64(len(content))))
+	zw := zlib.NewWriter(w)
+	zw.Write(content)
+	zw.Close()
+}
+
+// heapPeak samples the bytes of live heap objects until stop is called,
+// which returns the highest sample.
+func heapPeak() (stop func() uint64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak uint64
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(sample)
+			peak = max(peak, sample[0].Value.Uint64())
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); <-finished; return peak }
+}
+
+// gitHeapBudget is how much the heap may grow while four 500 MB blobs are
+// refused at once: what go-git and the check buffer, a few MiB, with a
+// wide margin; without the check each blob costs its 500 MB.
+const gitHeapBudget = 64 << 20
+
+// TestBigBlob fetches a repository whose file is a 500 MB blob, four
+// times at once: each fetch fails with a size error, having stored none
+// of it, and the heap grows by far less than one blob. Not in parallel:
+// the heap is the process's.
+func TestBigBlob(t *testing.T) {
+	url, sent := startBigBlobServer(t)
+	f := New(Options{Timeout: time.Minute})
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	stop := heapPeak()
+	errs := make(chan error, 4)
+	for i := range cap(errs) {
+		go func() {
+			// Four repositories: four fetches at once, not one joined by four.
+			_, err := f.Fetch(context.Background(), "app", v1alpha1.GitSource{URL: fmt.Sprintf("%s/big%d.git", url, i)}, nil)
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		err := <-errs
+		want := fmt.Sprintf("the server sent a file (blob) of %d bytes, over the limit of %d bytes a file", bigBlobSize, defaultMaxFileBytes)
+		if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want %q", err, want)
+		}
+	}
+	peak := stop()
+	growth := int64(peak) - int64(before.HeapAlloc)
+	t.Logf("heap before %d MiB, peak %d MiB (growth %d MiB, budget %d MiB); the server sent %d kB of packs",
+		before.HeapAlloc>>20, peak>>20, growth>>20, gitHeapBudget>>20, sent.Load()>>10)
+	if growth > gitHeapBudget {
+		t.Errorf("the heap grew by %d MiB refusing four 500 MB blobs, over the budget of %d MiB", growth>>20, gitHeapBudget>>20)
+	}
+	if bytes, repos := f.CacheBytes(); bytes > 1<<20 {
+		t.Errorf("the cache holds %d bytes in %d repositories after refused fetches", bytes, repos)
+	}
+}
+
+// TestFileLimit names the file over the limit when the object came within
+// the limit of a fetch (here, one that a cache kept from before the limit
+// was lowered), and the snapshot's total.
+func TestFileLimit(t *testing.T) {
+	t.Parallel()
+	s := httpTransport(t)
+	seededRepo(t, s.root, "seeded")
+	src := v1alpha1.GitSource{URL: s.url("seeded")}
+	f := New(Options{Timeout: testTimeout})
+	mustFetch(t, f, src, nil)
+	f.opts.MaxFileBytes = 4
+	src.Path = "deploy" // not in the snapshot cache: the tree is read
+	err := fetchErr(t, f, src, nil)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "file app.yaml is 5 bytes, over the limit of 4 bytes a file") {
+		t.Errorf("error %q does not name the file and the limit", err)
+	}
+	// A fetch from the server is stopped at the object's header.
+	err = fetchErr(t, New(Options{Timeout: testTimeout, MaxFileBytes: 4}), src, nil)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "over the limit of 4 bytes a file") {
+		t.Errorf("error %q does not say the limit", err)
+	}
+}
+
+// TestPending: with Options.Wait, a server that does not answer holds the
+// caller for Wait, not for the timeout; the fetch ends in the background
+// at its timeout and the next Fetch gets its error. A source fetched
+// before is served its last snapshot meanwhile.
+func TestPending(t *testing.T) {
+	t.Parallel()
+	port := gittest.Blackhole(t)
+	f := New(Options{Timeout: 2 * time.Second, Wait: 50 * time.Millisecond})
+	src := v1alpha1.GitSource{URL: fmt.Sprintf("http://127.0.0.1:%d/repo.git", port)}
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), "app", src, nil)
+	var pe *PendingError
+	if !errors.As(err, &pe) || !errors.Is(err, ErrPending) {
+		t.Fatalf("error %v, want a pending fetch", err)
+	}
+	// Without Wait, the caller is held for the whole timeout.
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Errorf("Fetch took %v, the whole timeout", d)
+	}
+	if !strings.Contains(err.Error(), "fetch in progress: no answer from the server within 50ms") {
+		t.Errorf("error %q", err)
+	}
+	select {
+	case <-pe.Done:
+	case <-time.After(time.Minute):
+		t.Fatal("the fetch did not end at its timeout")
+	}
+	_, err = f.Fetch(context.Background(), "app", src, nil)
+	// The response's deadline or the fetch's, whichever comes first.
+	if !strings.Contains(err.Error(), "timed out after 2s") && !strings.Contains(err.Error(), "timeout awaiting response headers") {
+		t.Errorf("after the fetch ended: %v, want a timeout", err)
+	}
+
+	// A server that answered before and hangs now: the last snapshot.
+	s := httpTransport(t)
+	repo := seededRepo(t, s.root, "seeded")
+	var hang atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			<-r.Context().Done()
+			return
+		}
+		http.Redirect(w, r, strings.TrimSuffix(s.url("seeded"), "/seeded.git")+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(front.Close)
+	f = New(Options{Timeout: 2 * time.Second, Wait: 10 * time.Second})
+	good := v1alpha1.GitSource{URL: front.URL + "/seeded.git"}
+	mustFetch(t, f, good, nil)
+	hang.Store(true)
+	f.opts.Wait = 50 * time.Millisecond
+	snap := mustFetch(t, f, good, nil)
+	if snap.Revision != "HEAD@sha1:"+repo.hashes["c4"] {
+		t.Errorf("revision %s", snap.Revision)
+	}
+	// Other credentials are not served what these fetched.
+	_, err = f.Fetch(context.Background(), "app", good, &Auth{BearerToken: "other-token"})
+	if !errors.Is(err, ErrPending) {
+		t.Errorf("other credentials: %v, want a pending fetch", err)
+	}
+}
+
+// TestErrorBody: the page a server answers with an error status is not
+// copied into the error, only its status.
+func TestErrorBody(t *testing.T) {
+	t.Parallel()
+	const page = "<html>internal-only stack trace: db password hunter2</html>"
+	for _, code := range []int{http.StatusInternalServerError, http.StatusForbidden, http.StatusNotFound, http.StatusUnauthorized} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, page, code)
+			}))
+			t.Cleanup(srv.Close)
+			err := fetchErr(t, New(Options{Timeout: testTimeout}), v1alpha1.GitSource{URL: srv.URL + "/repo.git"}, nil)
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "html") {
+				t.Errorf("error %q copies the server's page", err)
+			}
+			if code == http.StatusInternalServerError && !strings.Contains(err.Error(), "500") {
+				t.Errorf("error %q does not give the status", err)
+			}
+		})
+	}
+}
+
+// TestCacheBounds: the cache is bounded by bytes, least recently fetched
+// dropped first, and Keep drops what no caller uses.
+func TestCacheBounds(t *testing.T) {
+	t.Parallel()
+	s := httpTransport(t)
+	seededRepo(t, s.root, "one")
+	seededRepo(t, s.root, "two")
+	f := New(Options{Timeout: testTimeout})
+	mustFetch(t, f, v1alpha1.GitSource{URL: s.url("one")}, nil)
+	mustFetch(t, f, v1alpha1.GitSource{URL: s.url("two")}, nil)
+	size, repos := f.CacheBytes()
+	if repos != 2 || size == 0 {
+		t.Fatalf("the cache holds %d bytes in %d repositories", size, repos)
+	}
+	f.Keep([]string{s.url("two")})
+	if _, repos := f.CacheBytes(); repos != 1 || f.repos[mustKey(t, s.url("two"))] == nil {
+		t.Errorf("after Keep(two): %d repositories", repos)
+	}
+	f.Keep(nil)
+	if size, repos := f.CacheBytes(); size != 0 || repos != 0 || len(f.snaps) != 0 || len(f.served) != 0 {
+		t.Errorf("after Keep(): %d bytes in %d repositories, %d snapshots", size, repos, len(f.snaps))
+	}
+
+	// A cache smaller than two repositories keeps the last one fetched.
+	small := New(Options{Timeout: testTimeout, MaxCacheBytes: size*3/4 + 1})
+	mustFetch(t, small, v1alpha1.GitSource{URL: s.url("one")}, nil)
+	mustFetch(t, small, v1alpha1.GitSource{URL: s.url("two")}, nil)
+	if got, repos := small.CacheBytes(); got > small.opts.MaxCacheBytes || repos != 1 || small.repos[mustKey(t, s.url("two"))] == nil {
+		t.Errorf("a cache of %d bytes holds %d bytes in %d repositories", small.opts.MaxCacheBytes, got, repos)
+	}
+}
+
+func mustKey(t *testing.T, url string) string {
+	t.Helper()
+	r, err := parseRemote(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.key
+}
