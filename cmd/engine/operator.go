@@ -257,7 +257,11 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if f.webhookAddr != "" && f.webhookAddr != "0" {
-		rc := &webhook.Receiver{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Log: ctrl.Log.WithName("webhook")}
+		secrets, err := webhook.NewSecretCache(mgr)
+		if err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+		rc := &webhook.Receiver{Client: mgr.GetClient(), Secrets: secrets, Log: ctrl.Log.WithName("webhook")}
 		if err := mgr.Add(webhook.NewServer(f.webhookAddr, rc)); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

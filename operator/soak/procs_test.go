@@ -24,6 +24,7 @@ import (
 type operatorProc struct {
 	bin, kubeconfig, logPath string
 	env                      []string
+	args                     []string // beyond the kubeconfig's and those that bind no port
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -53,8 +54,8 @@ func (o *operatorProc) startLocked() error {
 		return err
 	}
 	o.starts++
-	cmd := exec.Command(o.bin, "operator", "--kubeconfig", o.kubeconfig,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	cmd := exec.Command(o.bin, append([]string{"operator", "--kubeconfig", o.kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, o.args...)...)
 	cmd.Env = o.env
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
