@@ -3,10 +3,12 @@ package source
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/manifestsync/manifestsync/engine"
 )
@@ -32,7 +34,8 @@ func (l Limits) withDefaults() Limits {
 // of its content. Hidden files and directories (".git") are skipped. A
 // symbolic link to a file inside the directory is read as that file; one
 // that leads out of it is an error (see ReadFile); links to directories
-// are not followed.
+// are not followed. A file that is neither regular nor a directory (a
+// FIFO, a socket, a device), or a link to one, is a *NotRegularError.
 func Dir(dir string, limits Limits) (*engine.Snapshot, error) {
 	limits = limits.withDefaults()
 	root, err := os.OpenRoot(dir)
@@ -68,12 +71,19 @@ func Dir(dir string, limits Limits) (*engine.Snapshot, error) {
 			if err != nil {
 				return escapeError(dir, filepath.FromSlash(p), err)
 			}
+			if info.IsDir() {
+				return nil // links to directories are not followed
+			}
 			if !info.Mode().IsRegular() {
-				return nil
+				return &NotRegularError{Path: filepath.Join(dir, filepath.FromSlash(p)), Mode: info.Mode()}
 			}
 			size = info.Size()
-		default:
+		case d.IsDir():
 			return nil
+		default:
+			// A FIFO would block the read until a writer came; a
+			// device or socket is no source file either.
+			return &NotRegularError{Path: filepath.Join(dir, filepath.FromSlash(p)), Mode: d.Type()}
 		}
 		total += size
 		if len(snap.Files) >= limits.MaxFiles {
@@ -90,8 +100,11 @@ func Dir(dir string, limits Limits) (*engine.Snapshot, error) {
 		return nil
 	})
 	if err != nil {
-		var se *SymlinkError
-		if errors.As(err, &se) {
+		var (
+			se *SymlinkError
+			ne *NotRegularError
+		)
+		if errors.As(err, &se) || errors.As(err, &ne) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("directory %s: %w", dir, err)
@@ -149,4 +162,86 @@ func ObjectSnapshot(obj map[string]any) *engine.Snapshot {
 		snap.Revision = engine.ObjectDigest(obj)
 	}
 	return snap
+}
+
+// NotRegularError is a file that is read as the user's input but is not
+// a regular file: a FIFO (whose open and read block until a writer
+// comes), a socket, or a device (/dev/zero never ends). None is read.
+type NotRegularError struct {
+	Path string // as given, or dir/name in a tree
+	Mode fs.FileMode
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("%s: not a regular file (%s)", e.Path, fileKind(e.Mode))
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	case m.IsDir():
+		return "directory"
+	default:
+		return "irregular file"
+	}
+}
+
+// ReadRegularFile reads name, a path the user gave (a sync file, a
+// values or namespaces file), refusing, with a *NotRegularError, anything
+// but a regular file, without blocking on it: the file is checked before
+// it is opened, opened non-blocking (a FIFO put in its place in between
+// does not block the open) and checked again once open.
+func ReadRegularFile(name string) ([]byte, error) {
+	info, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: name, Mode: info.Mode()}
+	}
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	return readRegular(f, name)
+}
+
+// readRegularIn is ReadRegularFile for name inside root, whose path is
+// dir: nothing resolves outside it (see escapeError).
+func readRegularIn(root *os.Root, dir, name string) ([]byte, error) {
+	p := filepath.Join(dir, name)
+	info, err := root.Stat(name)
+	if err != nil {
+		return nil, escapeError(dir, name, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: p, Mode: info.Mode()}
+	}
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, escapeError(dir, name, err)
+	}
+	return readRegular(f, p)
+}
+
+// readRegular reads the open file f, shown as p, if it is a regular file,
+// and closes it.
+func readRegular(f *os.File, p string) ([]byte, error) {
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: p, Mode: info.Mode()}
+	}
+	return io.ReadAll(f)
 }

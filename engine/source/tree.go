@@ -41,12 +41,10 @@ func Stat(dir, name string) (fs.FileInfo, error) {
 	return info, nil
 }
 
+// readIn reads name inside root, whose path is dir: a regular file only
+// (see readRegularIn).
 func readIn(root *os.Root, dir, name string) ([]byte, error) {
-	b, err := root.ReadFile(name)
-	if err != nil {
-		return nil, escapeError(dir, name, err)
-	}
-	return b, nil
+	return readRegularIn(root, dir, name)
 }
 
 // SymlinkError is a file whose path leads out of the tree it is read from
