@@ -28,6 +28,12 @@ type Operator struct {
 	done    chan error
 }
 
+// TrustAll is the flag of `engine operator` that trusts every namespace:
+// the benchmarks' ManifestSyncs are a platform team's, writing into the
+// namespaces they fan out to, and the write gate (which a tenant's
+// ManifestSync goes through) is not what they measure.
+const TrustAll = "--trusted-namespaces=*"
+
 // StartOperator starts the engine binary's operator command against c,
 // with its metrics on a free loopback port, extra flags appended; its log
 // goes to logFile.
@@ -41,7 +47,7 @@ func StartOperator(ctx context.Context, c *Cluster, engineBin, logFile string, f
 		return nil, err
 	}
 	args := append([]string{"operator", "--kubeconfig", c.Kubeconfig,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0"}, flags...)
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0", TrustAll}, flags...)
 	cmd := exec.Command(engineBin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

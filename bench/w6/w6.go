@@ -299,7 +299,9 @@ func (b *bench) operator(ctx context.Context, ms *v1alpha1.ManifestSync, logName
 	if err := b.client.Create(ctx, ms); err != nil {
 		return 0, 0, err
 	}
-	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, OperatorFlags...)
+	// Its ManifestSyncs are a platform team's, trusted to write into
+	// every namespace they select (see harness.TrustAll).
+	args := append([]string{"operator", "--kubeconfig", b.c.Kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0", harness.TrustAll}, OperatorFlags...)
 	return b.measure(ctx, exec.Command(b.engine, args...), logName, ready, after, side)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ type operatorFlags struct {
 	zap            zap.Options
 	reconcilerOpts controller.Options
 	evalWorkers    evalWorkerFlags
+	// trustedSet is set when --trusted-namespaces was given; else the
+	// operator's own namespace is trusted.
+	trustedSet bool
 }
 
 func newOperatorCmd() *cobra.Command {
@@ -104,6 +108,18 @@ be pruned. With spec.serviceAccountName, in-cluster reads and writes
 impersonate that account; --require-service-account makes it mandatory,
 and refuses spec.dependsOn across namespaces.
 
+Without a service account, a ManifestSync writes with the operator's
+rights through a gate, unless its namespace is trusted
+(--trusted-namespaces, by default the operator's own, as Flux trusts
+flux-system): into its own namespace, and into a namespace whose
+annotation manifestsync.dev/allow-from lists its namespace (or "*"); no
+cluster-scoped object, no Role or RoleBinding granting reads outside its
+namespace, no take-over of an object of a ManifestSync of a namespace it
+may not write. A refused target applies nothing (TargetNotAllowed). With
+--default-service-account, such a ManifestSync of an untrusted namespace
+runs as that account of its namespace instead, as with
+spec.serviceAccountName.
+
 A ManifestSync that runs code of its user (a Starlark or CUE transform,
 CUE schemas or policies from a source, a kustomize source) is evaluated in
 an evaluation worker process (--eval-workers of them, each bounded by
@@ -116,6 +132,7 @@ cgroup memory limit (a container's), the operator's soft memory limit is
 nine tenths of what the evaluation workers leave of it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.trustedSet = cmd.Flags().Changed("trusted-namespaces")
 			return runOperator(cmd.Context(), &f)
 		},
 	}
@@ -147,6 +164,10 @@ nine tenths of what the evaluation workers leave of it.`,
 		"how long a deleted ManifestSync waits for its objects to be pruned (a remote cluster may be unreachable) before its finalizer is removed anyway, with a Warning event naming what was left")
 	fl.BoolVar(&f.reconcilerOpts.RequireServiceAccount, "require-service-account", false,
 		"fail every ManifestSync without spec.serviceAccountName, so that all in-cluster writes impersonate a tenant's service account; refuse spec.dependsOn across namespaces")
+	fl.StringSliceVar(&f.reconcilerOpts.TrustedNamespaces, "trusted-namespaces", nil,
+		`namespaces (comma-separated) whose ManifestSyncs write anywhere the operator can, as a platform team's; the others write through the gate (their own namespace, and those whose annotation manifestsync.dev/allow-from names theirs); "*" trusts every namespace (a cluster of one team); default: the operator's own namespace ($POD_NAMESPACE, or its service account's)`)
+	fl.StringVar(&f.reconcilerOpts.DefaultServiceAccount, "default-service-account", "",
+		"service account (of its own namespace) that a ManifestSync of a namespace not trusted runs as when it names none, so that the API server decides its reads and writes by impersonation; default: none (the gate decides)")
 	fl.IntVar(&f.reconcilerOpts.WriteWarLimit, "write-war-limit", 5,
 		"how many times one object may be rewritten to the same desired state within --write-war-window; one write more is a write war, refused and reported as a Conflict")
 	fl.DurationVar(&f.reconcilerOpts.WriteWarWindow, "write-war-window", time.Minute, "the window of --write-war-limit")
@@ -170,6 +191,9 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	if err := controller.ValidateInstanceID(f.reconcilerOpts.InstanceID); err != nil {
 		return usageErr("operator: --instance-id: %v", err)
+	}
+	if !f.trustedSet {
+		f.reconcilerOpts.TrustedNamespaces = ownNamespace(os.Getenv, os.ReadFile)
 	}
 	evaluator, stopWorkers, err := f.evalWorkers.evaluator()
 	if err != nil {
@@ -302,6 +326,23 @@ func waitForAPI(ctx context.Context, cfg *rest.Config, log logr.Logger) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// serviceAccountNamespaceFile holds the namespace of a pod's service
+// account.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ownNamespace is the operator's namespace, as the default of
+// --trusted-namespaces: $POD_NAMESPACE, else its service account's; none
+// outside a pod (no namespace is trusted then).
+func ownNamespace(getenv func(string) string, readFile func(string) ([]byte, error)) []string {
+	if ns := strings.TrimSpace(getenv("POD_NAMESPACE")); ns != "" {
+		return []string{ns}
+	}
+	if b, err := readFile(serviceAccountNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return []string{strings.TrimSpace(string(b))}
+	}
+	return nil
 }
 
 // clientLimits are the rest.Config QPS and Burst of the flags: no

@@ -178,8 +178,30 @@ func TestChartOptions(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		objs := renderChart(t, "manifestsync", "manifestsync-system")
 		checkWiring(t, objs)
-		if args := containerArgs(t, find(t, objs, "Deployment", "manifestsync")); slices.Contains(args, "--allow-kubeconfig-exec") {
+		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
+		if slices.Contains(args, "--allow-kubeconfig-exec") {
 			t.Errorf("the operator runs kubeconfigs' exec plugins by default: %v", args)
+		}
+		// The write gate is on: only the operator's own namespace is
+		// trusted (the flag's default), no tenant runs as a default
+		// account.
+		for _, a := range args {
+			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") {
+				t.Errorf("the operator's args %v set %s by default", args, a)
+			}
+		}
+		// A tenant's Role or RoleBinding, written as the operator, may
+		// grant only what the operator holds: the API server's check,
+		// which bind or escalate would lift.
+		for _, name := range []string{"manifestsync", "manifestsync-apply"} {
+			rules, _, _ := unstructured.NestedSlice(find(t, objs, "ClusterRole", name).Object, "rules")
+			for _, r := range rules {
+				for _, v := range r.(map[string]any)["verbs"].([]any) {
+					if v == "bind" || v == "escalate" || v == "*" {
+						t.Errorf("ClusterRole %s grants %v by default: %v", name, v, r)
+					}
+				}
+			}
 		}
 		for _, o := range objs {
 			if o.GroupVersionKind().Group == "monitoring.coreos.com" || o.GetName() == "manifestsync-webhook" {
@@ -193,7 +215,8 @@ func TestChartOptions(t *testing.T) {
 		checkWiring(t, objs)
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
 		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--require-service-account",
-			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec"} {
+			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
+			"--trusted-namespaces=ops,platform", "--default-service-account=tenant"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the operator's args %v lack %s", args, want)
 			}

@@ -93,6 +93,12 @@ func startOperator(t *testing.T, opts controller.Options, namespaces ...string) 
 		t.Fatal(err)
 	}
 	opts.APIServer = apiServer
+	if opts.TrustedNamespaces == nil {
+		// Its namespaces are a platform team's, trusted to write into
+		// the test's target namespaces, as `engine operator` trusts its
+		// own; the write gate is tested in operator/controller.
+		opts.TrustedNamespaces = namespaces
+	}
 	if opts.RetryMin == 0 {
 		opts.RetryMin, opts.RetryMax = 100*time.Millisecond, time.Second
 	}
