@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/webhook"
@@ -49,6 +51,7 @@ type operatorFlags struct {
 	zap            zap.Options
 	reconcilerOpts controller.Options
 	evalWorkers    evalWorkerFlags
+	gitCacheMax    resource.QuantityValue // --git-cache-max-size
 	// trustedSet is set when --trusted-namespaces was given; else the
 	// operator's own namespace is trusted.
 	trustedSet bool
@@ -171,6 +174,8 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.IntVar(&f.reconcilerOpts.WriteWarLimit, "write-war-limit", 5,
 		"how many times one object may be rewritten to the same desired state within --write-war-window; one write more is a write war, refused and reported as a Conflict")
 	fl.DurationVar(&f.reconcilerOpts.WriteWarWindow, "write-war-window", time.Minute, "the window of --write-war-limit")
+	f.gitCacheMax.Quantity = resource.MustParse("128Mi")
+	fl.Var(&f.gitCacheMax, "git-cache-max-size", "memory the git cache may hold (repositories and snapshots, least recently used dropped first), and the most one fetch may bring (a quantity: 64Mi, 1Gi)")
 	addLimitFlags(fl, &f.reconcilerOpts.Limits)
 	addEvalWorkerFlags(fl, &f.evalWorkers)
 	// Failed syncs are reported in status and events; their log lines
@@ -276,7 +281,11 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	// manager's own stop.
 	f.reconcilerOpts.ShutdownGrace = max(f.shutdownGrace-5*time.Second, f.shutdownGrace*4/5)
 	f.reconcilerOpts.TargetWorkers = f.targetWorkers
-	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: controller.NewGitProvider(gitCacheDir())}
+	gitCache := controller.NewGitCache(git.Options{CacheDir: gitCacheDir(), MaxCacheBytes: f.gitCacheMax.Value()})
+	if err := mgr.Add(gitCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
@@ -26,12 +29,85 @@ import (
 type GitProvider func(creds git.Credentials) source.GitFetcher
 
 // NewGitProvider fetches with go-git through one shared git.Fetcher, which
-// caches repositories under cacheDir, or in memory when it is empty.
+// caches repositories under cacheDir, or in memory when it is empty (see
+// NewGitCache).
 func NewGitProvider(cacheDir string) GitProvider {
-	f := git.New(git.Options{CacheDir: cacheDir})
-	return func(creds git.Credentials) source.GitFetcher {
-		return git.Provider{Fetcher: f, Credentials: creds}
+	return NewGitCache(git.Options{CacheDir: cacheDir}).Provider
+}
+
+// GitWait is how long a reconcile waits for a git server before it yields
+// its worker: the fetch goes on in the background and wakes the
+// ManifestSync when it ends, so that a server that does not answer delays
+// no other ManifestSync.
+const GitWait = 2 * time.Second
+
+// GitSweepPeriod is how often `engine operator` drops the repositories no
+// ManifestSync names (GitCache.Sweeper).
+const GitSweepPeriod = 20 * time.Second
+
+// GitCache is the operator's one git.Fetcher: its cache of repositories
+// and snapshots, bounded in bytes (git.Options.MaxCacheBytes), and let go
+// of by Sweeper when no ManifestSync names a repository any more.
+type GitCache struct {
+	Fetcher *git.Fetcher
+}
+
+// NewGitCache returns the cache opts describe; a zero opts.Wait is GitWait.
+func NewGitCache(opts git.Options) *GitCache {
+	if opts.Wait <= 0 {
+		opts.Wait = GitWait
 	}
+	return &GitCache{Fetcher: git.New(opts)}
+}
+
+// Provider is the GitProvider of the cache.
+func (c *GitCache) Provider(creds git.Credentials) source.GitFetcher {
+	return git.Provider{Fetcher: c.Fetcher, Credentials: creds}
+}
+
+// Sweeper returns the runnable that, every period, drops from the cache
+// every repository no ManifestSync's git source names (read from reader,
+// the manager's cache): a deleted ManifestSync's repository leaves memory
+// within a period.
+func (c *GitCache) Sweeper(reader client.Reader, period time.Duration) manager.Runnable {
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			var list v1alpha1.ManifestSyncList
+			if err := reader.List(ctx, &list); err != nil {
+				continue // the cache is kept until the list works again
+			}
+			var urls []string
+			for _, ms := range list.Items {
+				for _, src := range ms.Spec.Sources {
+					if src.Git != nil {
+						urls = append(urls, src.Git.URL)
+					}
+				}
+			}
+			c.Fetcher.Keep(urls)
+		}
+	})
+}
+
+// wakeAfterFetch wakes ms when the git fetch err waits for ends, if err is
+// one (a server slower than GitWait): its reconcile yielded the worker.
+func (r *Reconciler) wakeAfterFetch(ms *v1alpha1.ManifestSync, err error) {
+	var pending *git.PendingError
+	if !errors.As(err, &pending) || r.remotes.wake == nil {
+		return
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	go func() {
+		<-pending.Done // closed by the fetch's own timeout at the latest
+		r.remotes.wake([]reconcile.Request{req})
+	}()
 }
 
 // fetchSources returns the snapshot of every git, object and object set
@@ -54,7 +130,9 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 	if r.Git != nil {
 		res.Git = r.Git(r.gitCredentials(ms))
 	}
-	return res.Resolve(ctx, ms.Spec.Sources)
+	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
+	r.wakeAfterFetch(ms, err)
+	return snaps, err
 }
 
 // gitCredentials reads the Secret a git source's secretRef names, in ms's

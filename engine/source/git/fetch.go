@@ -213,16 +213,26 @@ func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth)
 // await joins the fetch of j's source and credentials, or starts it, and
 // waits for it as Options.Wait says.
 func (f *Fetcher) await(ctx context.Context, j *job) (*engine.Snapshot, error) {
-	fl := f.flight(j)
+	fl, started := f.flight(j)
 	var wait <-chan time.Time
 	if f.opts.Wait > 0 {
-		t := time.NewTimer(f.opts.Wait)
+		// Only the caller that started the fetch waits for it: one that
+		// finds it running was told before, and is woken by Done, so that
+		// the retries of a source whose server hangs hold no one.
+		d := f.opts.Wait
+		if !started {
+			d = 0
+		}
+		t := time.NewTimer(d)
 		defer t.Stop()
 		wait = t.C
 	}
 	select {
 	case <-fl.done:
 	case <-wait:
+		if isDone(fl) {
+			break
+		}
 		f.mu.Lock()
 		last := f.served[j.key]
 		f.mu.Unlock()
@@ -252,12 +262,13 @@ func cloneSnap(s *engine.Snapshot) *engine.Snapshot {
 	return &c
 }
 
-// flight returns the fetch of j's key, starting it if there is none.
-func (f *Fetcher) flight(j *job) *flight {
+// flight returns the fetch of j's key, starting it if there is none, and
+// whether it started it.
+func (f *Fetcher) flight(j *job) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl, ok := f.flights[j.key]; ok {
-		return fl
+		return fl, false
 	}
 	fl := &flight{done: make(chan struct{})}
 	f.flights[j.key] = fl
@@ -269,7 +280,7 @@ func (f *Fetcher) flight(j *job) *flight {
 		close(fl.done)
 		f.evict()
 	}()
-	return fl
+	return fl, true
 }
 
 // run does j holding the lock of its repository. When ctx ends first it

@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
+
+// Bystander isolation, git's part: four ManifestSyncs whose git servers
+// accept connections and never answer do not delay the others: a fresh
+// ManifestSync with a git source is Ready within 5 s, and the stuck ones
+// report a reason within their fetch timeout. Before, each stuck fetch
+// held a reconcile worker for its whole timeout (a minute), and four of
+// them every worker of the operator. Once the ManifestSyncs are deleted,
+// the git cache holds nothing of them within a sweep.
+//
+// What a hostile tenant gets: its own ManifestSync fails ("fetch in
+// progress", then the timeout); nobody else's is slowed.
+func TestGitBystanderIsolation(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	const fetchTimeout = 20 * time.Second
+	cache := NewGitCache(git.Options{Timeout: fetchTimeout})
+	// An operator of its own on the second API server, where no other
+	// operator runs, with the real git provider.
+	mctx, cancel := context.WithCancel(ctx)
+	mgr, r, err := newOperator(mctx, &testenv.Env{Config: remoteEnv.Config, Scheme: remoteEnv.Scheme})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r.Git = cache.Provider
+	if err := mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second)); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the operator stopped with: %v", err)
+		}
+	})
+	admin := remoteEnv.Client
+	ns := remoteEnv.Namespace(t, nil)
+
+	content := t.TempDir()
+	if err := os.WriteFile(filepath.Join(content, "cm.yaml"), []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-git}\ndata: {k: v}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	gittest.Publish(t, root, "config", content)
+	goodURL := gittest.Daemon(t, root) + "/config.git"
+
+	var all []*v1alpha1.ManifestSync
+	create := func(name, url string) *v1alpha1.ManifestSync {
+		t.Helper()
+		ms := newSync(ns, name, v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: url}}},
+			Targets: targets(ns),
+		})
+		if err := admin.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ms)
+		return ms
+	}
+	var stuck []*v1alpha1.ManifestSync
+	for i := range 4 {
+		url := fmt.Sprintf("http://127.0.0.1:%d/repo.git", gittest.Blackhole(t))
+		stuck = append(stuck, create(fmt.Sprintf("blackhole-%d", i), url))
+	}
+	start := time.Now()
+	fresh := create("fresh", goodURL)
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(fresh), v1alpha1.ReasonSynced, time.Minute)
+	took := time.Since(start)
+	t.Logf("a fresh ManifestSync was Ready %v after it was created with four on blackholed git servers", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("the fresh ManifestSync was Ready %v after it was created, beside the stuck ones; want within 5s", took.Round(time.Millisecond))
+	}
+
+	// Every stuck one reports its cause within its fetch timeout.
+	for _, ms := range stuck {
+		got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSourceFailed, fetchTimeout)
+		msg := condition(got, v1alpha1.ConditionReady).Message
+		if !strings.Contains(msg, `source "repo": git http://127.0.0.1:`) || !strings.Contains(msg, "fetch in progress") && !strings.Contains(msg, "timeout") {
+			t.Errorf("%s: %q; want it to name the source and say the fetch waits or timed out", ms.Name, msg)
+		}
+	}
+	if _, repos := cache.Fetcher.CacheBytes(); repos == 0 {
+		t.Error("the cache holds no repository while ManifestSyncs use them")
+	}
+
+	// Deleted, their repositories leave the cache at the next sweep.
+	for _, ms := range all {
+		if err := admin.Delete(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		bytes, repos := cache.Fetcher.CacheBytes()
+		if repos == 0 && bytes == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the ManifestSyncs were deleted the cache holds %d bytes in %d repositories", bytes, repos)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
