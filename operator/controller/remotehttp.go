@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 )
@@ -37,7 +34,7 @@ import (
 //     it.
 //   - withheld bodies: an answer that is not the API's own (an error whose
 //     body is not a Kubernetes Status, or a success that is no Kubernetes
-//     object) reaches client-go as a Status of the code's fixed reason, so
+//     object) reaches client-go as a fixed text naming the status code, so
 //     that no status, event or log of a tenant shows what the peer sent.
 
 const (
@@ -191,8 +188,19 @@ func (t *remoteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return withholdBody(req, resp)
 }
 
-// withholdBody replaces what resp carries by a Status of its code's fixed
-// reason, when it is not the API's own: an error whose body is not a
+// CancelRequest cancels req as the transport it wraps does (client-go's
+// wrappers call it when a request times out).
+func (t *remoteTransport) CancelRequest(req *http.Request) {
+	if c, ok := t.next.(interface{ CancelRequest(*http.Request) }); ok {
+		c.CancelRequest(req)
+	}
+}
+
+// WrappedRoundTripper is the transport t wraps.
+func (t *remoteTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
+
+// withholdBody replaces what resp carries by a fixed text naming its
+// status code, when it is not the API's own: an error whose body is not a
 // Kubernetes Status, or a success (but a watch's stream, or a few paths
 // that answer no object) whose JSON body is no Kubernetes object.
 func withholdBody(req *http.Request, resp *http.Response) (*http.Response, error) {
@@ -217,20 +225,17 @@ func withholdBody(req *http.Request, resp *http.Response) (*http.Response, error
 	if !failed {
 		code = http.StatusBadGateway // a success that is no object
 	}
-	status := apierrors.NewGenericServerResponse(code, req.Method, schema.GroupResource{}, "", "", 0, false).ErrStatus
-	status.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
-	status.Message = fmt.Sprintf("the server answered %d %s with a body that is not a Kubernetes API status (withheld)", resp.StatusCode, http.StatusText(resp.StatusCode))
-	raw, err := json.Marshal(status)
-	if err != nil {
-		return nil, err
-	}
+	// Plain text: client-go makes of it, whatever it reads, "an error on
+	// the server (<this>)" with the code's reason.
+	text := []byte(fmt.Sprintf("the server answered %d %s with a body that is not a Kubernetes API status (withheld)",
+		resp.StatusCode, http.StatusText(resp.StatusCode)))
 	resp.StatusCode, resp.Status = code, strconv.Itoa(code)+" "+http.StatusText(code)
 	resp.Header = resp.Header.Clone()
-	resp.Header.Set("Content-Type", "application/json")
+	resp.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	resp.Header.Del("Content-Encoding")
-	resp.ContentLength = int64(len(raw))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(raw)))
-	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(text)))
+	resp.ContentLength = int64(len(text))
+	resp.Body = io.NopCloser(bytes.NewReader(text))
 	return resp, nil
 }
 
