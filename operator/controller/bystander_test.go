@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
@@ -29,45 +28,9 @@ def main(ctx):
     return [obj]
 `
 
-// blackhole is a peer on 127.0.0.1 that accepts connections and never
-// answers (not even the TLS handshake); it and its connections are closed
-// when the test ends. It returns its https:// URL.
-func blackhole(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held, never read nor answered
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return "https://" + l.Addr().String()
-}
-
-// peerKubeconfig is a kubeconfig of the server at url, whose certificate
+// peerKubeconfig is a kubeconfig of the server at url (a blackhole:
+// gittest.Blackhole accepts connections and never answers, not even the
+// TLS handshake), whose certificate
 // it does not check, with a token.
 func peerKubeconfig(url string) []byte {
 	return fmt.Appendf(nil, `apiVersion: v1
@@ -109,17 +72,11 @@ func restrictedOperator(t *testing.T, rules []rbacv1.PolicyRule) (client.Client,
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the restricted operator stopped with: %v", err)
-		}
-	})
-	if !mgr.GetCache().WaitForCacheSync(mctx) {
-		t.Fatal("the restricted operator's cache did not sync")
+	stop, err := testenv.StartManager(mctx, cancel, mgr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(stop)
 	return admin, r
 }
 
@@ -158,7 +115,12 @@ func TestBystanderIsolation(t *testing.T) {
 		if err := admin.Create(ctx, ms); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = admin.Delete(context.Background(), ms) })
+		// Finalized before the operator stops: no other operator of the
+		// second API server finds it later.
+		t.Cleanup(func() {
+			_ = admin.Delete(context.Background(), ms)
+			eventually(t, timeout, func() error { return remoteEnv.Gone(ms) })
+		})
 	}
 	kind := func(name, apiVersion, kind, body string) *v1alpha1.ManifestSync {
 		return newSync(ns, name, v1alpha1.ManifestSyncSpec{
@@ -177,7 +139,7 @@ func TestBystanderIsolation(t *testing.T) {
 	for i := range 4 {
 		name := fmt.Sprintf("blackhole-%d", i)
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Data: map[string][]byte{"value": peerKubeconfig(blackhole(t))}}
+			Data: map[string][]byte{"value": peerKubeconfig(fmt.Sprintf("https://127.0.0.1:%d", gittest.Blackhole(t)))}}
 		if err := admin.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
