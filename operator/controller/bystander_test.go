@@ -150,6 +150,12 @@ func TestBystanderIsolation(t *testing.T) {
 				Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: name}}}},
 		}))
 	}
+	// And one whose object source is of a kind the operator may not list
+	// (its cached read of the source waited forever too).
+	stuck = append(stuck, newSync(ns, "source-limitrange", v1alpha1.ManifestSyncSpec{
+		Sources:   []v1alpha1.Source{{Name: "lr", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "LimitRange", Name: "limitrange-0"}}},
+		Transform: inline(namesScript), Params: params(`{"names": ["from-source"]}`), Targets: targets(ns),
+	}))
 	for _, ms := range stuck {
 		create(ms)
 	}
@@ -178,6 +184,8 @@ func TestBystanderIsolation(t *testing.T) {
 			want, reason = "", v1alpha1.ReasonSynced // read one by one, its drift found at resync
 		case strings.HasPrefix(ms.Name, "limitrange"):
 			want = `cannot get resource "limitranges"` // the API server's own 403
+		case ms.Name == "source-limitrange":
+			want, reason = `cannot get resource "limitranges"`, v1alpha1.ReasonSourceFailed
 		}
 		got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), reason, 20*time.Second)
 		msg := condition(got, v1alpha1.ConditionReady).Message
@@ -204,6 +212,9 @@ func TestBystanderIsolation(t *testing.T) {
 		gvk := corev1.SchemeGroupVersion.WithKind(kind)
 		if _, watched := r.watches.watching(watchKey{gvk: gvk, purpose: watchManaged}); watched {
 			t.Errorf("the operator watches %ss, which it may not list", kind)
+		}
+		if _, watched := r.watches.watchingIn(gvk, ns); watched {
+			t.Errorf("the operator watches %ss of namespace %s, which it may not list", kind, ns)
 		}
 	}
 }
