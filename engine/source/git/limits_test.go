@@ -165,7 +165,9 @@ func TestBigBlob(t *testing.T) {
 	}
 	for range cap(errs) {
 		err := <-errs
-		want := fmt.Sprintf("the server sent a file (blob) of %d bytes, over the limit of %d bytes a file", bigBlobSize, defaultMaxFileBytes)
+		// Over a fetch's worth of bytes, the blob is not even hashed
+		// to name it.
+		want := fmt.Sprintf("limit exceeded: the server sent a file (blob) of %d bytes, over the limit of %d bytes a file", bigBlobSize, defaultMaxFileBytes)
 		if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
 		}
@@ -182,26 +184,31 @@ func TestBigBlob(t *testing.T) {
 	}
 }
 
-// TestFileLimit names the file over the limit when the object came within
-// the limit of a fetch (here, one that a cache kept from before the limit
-// was lowered), and the snapshot's total.
+// TestFileLimit names the file over the limit: read from the server
+// (stopped at the object's header, named from the trees of the pack, which
+// git sends before their entries), and read from a cache that holds it
+// (here, kept from before the limit was lowered).
 func TestFileLimit(t *testing.T) {
 	t.Parallel()
 	s := httpTransport(t)
-	seededRepo(t, s.root, "seeded")
-	src := v1alpha1.GitSource{URL: s.url("seeded")}
+	repo := newTestRepo(t, s.root, "big")
+	repo.write(map[string]string{"deploy/app.yaml": "v: 1\n", "deploy/big.yaml": strings.Repeat("x", 2000)})
+	repo.commit("b1", "first")
+	repo.push()
+	src := v1alpha1.GitSource{URL: s.url("big")}
+
+	err := fetchErr(t, New(Options{Timeout: testTimeout, MaxFileBytes: 1024}), src, nil)
+	if want := "limit exceeded: file deploy/big.yaml is 2000 bytes, over the limit of 1024 bytes a file (the server sent it)"; !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q, want %q", err, want)
+	}
+
 	f := New(Options{Timeout: testTimeout})
 	mustFetch(t, f, src, nil)
-	f.opts.MaxFileBytes = 4
+	f.opts.MaxFileBytes = 1024
 	src.Path = "deploy" // not in the snapshot cache: the tree is read
-	err := fetchErr(t, f, src, nil)
-	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "file app.yaml is 5 bytes, over the limit of 4 bytes a file") {
-		t.Errorf("error %q does not name the file and the limit", err)
-	}
-	// A fetch from the server is stopped at the object's header.
-	err = fetchErr(t, New(Options{Timeout: testTimeout, MaxFileBytes: 4}), src, nil)
-	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "over the limit of 4 bytes a file") {
-		t.Errorf("error %q does not say the limit", err)
+	err = fetchErr(t, f, src, nil)
+	if want := "limit exceeded: file big.yaml is 2000 bytes, over the limit of 1024 bytes a file"; !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q, want %q", err, want)
 	}
 }
 
@@ -328,4 +335,82 @@ func mustKey(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return r.key
+}
+
+// TestDeltaTarget: a delta is checked by the size of what it makes, which
+// its small data announces, and cut before go-git builds it.
+func TestDeltaTarget(t *testing.T) {
+	t.Parallel()
+	var pack bytes.Buffer
+	pack.WriteString("PACK")
+	pack.Write(binary.BigEndian.AppendUint32(nil, 2))
+	pack.Write(binary.BigEndian.AppendUint32(nil, 2))
+	base := int64(pack.Len())
+	writePackObject(&pack, 3, []byte("base\n"))
+	// A delta on the base (offset from its start, one byte) that makes
+	// 500 MB: source size 5, target size 500,000,000, then one insert.
+	deltaAt := int64(pack.Len())
+	data := []byte{5}
+	for v := int64(bigBlobSize); ; v >>= 7 {
+		if v < 0x80 {
+			data = append(data, byte(v))
+			break
+		}
+		data = append(data, byte(v&0x7f)|0x80)
+	}
+	data = append(data, 1, 'x')
+	pack.Write(packObjectHeader(6, int64(len(data))))
+	pack.WriteByte(byte(deltaAt - base))
+	zw := zlib.NewWriter(&pack)
+	zw.Write(data)
+	zw.Close()
+	pack.Write(make([]byte, 20)) // the checksum, unchecked here
+
+	g := guardPack(bytes.NewReader(pack.Bytes()), 1<<20, 1<<30)
+	handed, err := io.ReadAll(g)
+	want := fmt.Sprintf("the server sent an object of %d bytes, over the limit of 1048576 bytes a file", bigBlobSize)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	if int64(len(handed)) > deltaAt {
+		t.Errorf("%d bytes handed on, past the delta's start at %d", len(handed), deltaAt)
+	}
+	if got := g.limitErr(context.Background()); got == nil || got.Error() != err.Error() {
+		t.Errorf("limitErr = %v, want %v", got, err)
+	}
+}
+
+// TestHandshakeDeadline: against a server that accepts connections and
+// never answers (not the ssh nor the TLS handshake), the fetch's own work
+// ends soon after its timeout, not only the caller's wait: the repository
+// is free again. Before, an ssh handshake waited for as long as the
+// server kept the connection open, holding the repository.
+func TestHandshakeDeadline(t *testing.T) {
+	t.Parallel()
+	port := gittest.Blackhole(t)
+	dir := t.TempDir()
+	hostKey := keygen(t, dir, "host", "")
+	keygen(t, dir, "client", "")
+	sshAuth := &Auth{SSHIdentity: readFile(t, dir+"/client"), KnownHosts: []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey))}
+	for _, tt := range []struct {
+		url  string
+		auth *Auth
+	}{
+		{fmt.Sprintf("ssh://git@127.0.0.1:%d/repo.git", port), sshAuth},
+		{fmt.Sprintf("https://127.0.0.1:%d/repo.git", port), nil},
+		{fmt.Sprintf("git://127.0.0.1:%d/repo.git", port), nil},
+	} {
+		t.Run(strings.SplitN(tt.url, ":", 2)[0], func(t *testing.T) {
+			t.Parallel()
+			f := New(Options{Timeout: 500 * time.Millisecond})
+			fetchErr(t, f, v1alpha1.GitSource{URL: tt.url}, tt.auth)
+			cr := f.repo(mustKey(t, tt.url))
+			select {
+			case cr.lock <- struct{}{}:
+				<-cr.lock
+			case <-time.After(20 * time.Second):
+				t.Fatal("the fetch still holds the repository 20s after its timeout of 500ms")
+			}
+		})
+	}
 }

@@ -1,13 +1,18 @@
 package git
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
+	"path"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // guardPack returns the pack r as it arrives, checked object by object
@@ -21,15 +26,31 @@ import (
 // announces.
 //
 // The check reads the pack in its own goroutine and hands on only the
-// bytes it has read, through a pipe; the returned reader ends with the
-// limit's error.
+// bytes it has checked, through a pipe. Once it has cut the pack at a
+// file over maxObject but within maxTotal, it reads on without handing
+// anything on, to name that file: it hashes the blob (its content
+// streamed through the hash, never kept) and finds it among the entries of
+// the trees the pack holds (kept as names only). A blob over maxTotal is
+// not read at all, and named by its size only.
 func guardPack(r io.Reader, maxObject, maxTotal int64) *guardedPack {
 	pr, pw := io.Pipe()
-	g := &guardedPack{PipeReader: pr}
+	g := &guardedPack{PipeReader: pr, done: make(chan struct{})}
+	c := &packCheck{maxObject: maxObject, maxTotal: maxTotal, out: pw, names: map[plumbing.Hash]treeEntry{}}
+	c.cut = func(err error) {
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
+		c.passing = false
+		pw.CloseWithError(err)
+	}
+	c.passing = true
 	go func() {
-		err := checkPack(io.TeeReader(r, pw), maxObject, maxTotal)
-		if errors.Is(err, ErrLimit) {
-			g.limit.Store(&err)
+		defer close(g.done)
+		err := c.run(r)
+		if err != nil && errors.Is(err, ErrLimit) {
+			g.mu.Lock()
+			g.err = err
+			g.mu.Unlock()
 		}
 		pw.CloseWithError(err)
 	}()
@@ -39,65 +60,224 @@ func guardPack(r io.Reader, maxObject, maxTotal int64) *guardedPack {
 // guardedPack is a pack being checked.
 type guardedPack struct {
 	*io.PipeReader
-	limit atomic.Pointer[error]
+	done chan struct{}
+	mu   sync.Mutex
+	err  error // a limit broken, once found
 }
 
-// limitErr stops the check (it ends once nothing reads what it hands on,
-// or the response is closed) and returns the limit it found broken, if
-// any: one found before the pack was read to its end is what ended it.
-func (g *guardedPack) limitErr() error {
+// limitErr stops handing the pack on and returns the limit the check
+// found broken, if any: that is what ended the pack. When it found one it
+// is given until ctx ends to name the file, reading the rest of the pack.
+func (g *guardedPack) limitErr(ctx context.Context) error {
 	g.Close()
-	if err := g.limit.Load(); err != nil {
-		return *err
+	g.mu.Lock()
+	found := g.err
+	g.mu.Unlock()
+	if found == nil {
+		return nil
 	}
-	return nil
+	select {
+	case <-g.done:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
 }
 
-// checkPack reads the pack r to its end, failing at the first object
-// over a limit; r passes on every byte it reads.
-func checkPack(r io.Reader, maxObject, maxTotal int64) error {
-	sc := packfile.NewScanner(r)
+// packCheck is the state of guardPack's reading.
+type packCheck struct {
+	maxObject, maxTotal int64
+	out                 io.Writer
+	passing             bool         // bytes read are kept, to be handed on
+	pending             bytes.Buffer // read, not yet handed on
+	released            int64        // the offset up to which the pack is handed on
+	cut                 func(error)
+	// names holds, for each entry of the trees read, the tree and name.
+	names map[plumbing.Hash]treeEntry
+	// over is the blob over maxObject, once hashed.
+	over plumbing.Hash
+}
+
+type treeEntry struct {
+	tree plumbing.Hash
+	name string
+}
+
+// read returns r, keeping what is read of it until release hands it on.
+func (c *packCheck) read(r io.Reader) io.Reader {
+	return readerFunc(func(p []byte) (int, error) {
+		n, err := r.Read(p)
+		if n > 0 && c.passing {
+			c.pending.Write(p[:n])
+		}
+		return n, err
+	})
+}
+
+// release hands on what was read of the pack up to offset, which the
+// check has passed: an object is handed on once the header of the next
+// one is read, so go-git never sees an object before its check.
+func (c *packCheck) release(offset int64) error {
+	if !c.passing {
+		return nil
+	}
+	n := int(offset - c.released)
+	if n <= 0 {
+		return nil
+	}
+	c.released = offset
+	_, err := c.out.Write(c.pending.Next(n))
+	return err
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// run reads the pack to its end, cutting it at the first object over a
+// limit; a pack it cannot read is left to go-git, which says what is
+// wrong with it.
+func (c *packCheck) run(r io.Reader) error {
+	in := c.read(r)
+	sc := packfile.NewScanner(in)
 	_, count, err := sc.Header()
 	if err != nil {
-		return passOn(r, err)
+		c.passing = false
+		c.out.Write(c.pending.Bytes())
+		_, err := io.Copy(c.out, r)
+		return err // a pack go-git says is malformed
 	}
-	var total int64
+	var total, after int64
+	var limit error
 	for range count {
 		oh, err := sc.NextObjectHeader()
 		if err != nil {
-			return passOn(r, err)
+			break
 		}
-		size := oh.Length
-		var head deltaHead
-		w := io.Writer(io.Discard)
-		if oh.Type.IsDelta() {
-			w = &head
-		} else if err := checkSize(oh.Type, size, total, maxObject, maxTotal); err != nil {
-			return err
+		if err := c.release(oh.Offset); err != nil {
+			return err // go-git stopped reading
 		}
-		if _, _, err := sc.NextObject(w); err != nil {
-			return passOn(r, err)
-		}
-		if oh.Type.IsDelta() {
-			if size, err = head.targetSize(); err != nil {
-				return passOn(r, err)
+		wasOver := limit != nil
+		// The size in the header first (a delta's: of its data), before
+		// any of the content is handed on.
+		if limit == nil {
+			if limit = checkSize(oh.Type, oh.Length, total, c.maxObject, c.maxTotal); limit != nil {
+				c.cut(limit)
+				if oh.Type != plumbing.BlobObject || !errors.Is(limit, errObjectTooLarge) || oh.Length > c.maxTotal {
+					// Nothing to name, or a blob too large to read
+					// even through a hash: it is not read at all.
+					return limit
+				}
 			}
-			if err := checkSize(plumbing.AnyObject, size, total, maxObject, maxTotal); err != nil {
-				return err
+		}
+		size, err := c.object(sc, oh)
+		if err != nil {
+			break
+		}
+		if limit == nil && oh.Type.IsDelta() {
+			if limit = checkSize(plumbing.AnyObject, size, total, c.maxObject, c.maxTotal); limit != nil {
+				c.cut(limit) // before what it makes is built
+				return limit
 			}
 		}
 		total += size
+		if wasOver {
+			// Past the limit, read on for the trees that name the
+			// file, within a fetch's worth of content.
+			if after += size; after > c.maxTotal {
+				break
+			}
+		}
 	}
-	// The checksum and anything after it.
-	_, err = io.Copy(io.Discard, r)
-	return err
+	if limit == nil {
+		// The last object, the checksum and anything after it.
+		if err := c.release(c.released + int64(c.pending.Len())); err != nil {
+			return err
+		}
+		_, err := io.Copy(c.out, r)
+		return err
+	}
+	if p := c.path(c.over); p != "" {
+		return fmt.Errorf("%w: file %s is %d bytes, over the limit of %d bytes a file (the server sent it)", ErrLimit, p, sizeOf(limit), c.maxObject)
+	}
+	return limit
 }
 
-// passOn leaves a malformed pack to go-git, which says what is wrong with
-// it: the rest of r is handed on as it is.
-func passOn(r io.Reader, _ error) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
+// object reads the content of the object oh heads and returns its size:
+// a tree's entries are kept, the blob over the limit hashed, a delta's
+// first bytes read for the size of what it makes, anything else
+// discarded.
+func (c *packCheck) object(sc *packfile.Scanner, oh *packfile.ObjectHeader) (int64, error) {
+	switch {
+	case oh.Type.IsDelta():
+		var head deltaHead
+		if _, _, err := sc.NextObject(&head); err != nil {
+			return 0, err
+		}
+		return head.targetSize()
+	case oh.Type == plumbing.TreeObject && oh.Length <= c.maxObject:
+		obj := &plumbing.MemoryObject{}
+		obj.SetType(plumbing.TreeObject)
+		if _, _, err := sc.NextObject(obj); err != nil {
+			return 0, err
+		}
+		var tree object.Tree
+		if err := tree.Decode(obj); err == nil {
+			for _, e := range tree.Entries {
+				if e.Mode == filemode.Dir || e.Mode.IsFile() {
+					c.names[e.Hash] = treeEntry{tree: tree.Hash, name: e.Name}
+				}
+			}
+		}
+		return oh.Length, nil
+	case oh.Type == plumbing.BlobObject && oh.Length > c.maxObject && c.over == (plumbing.Hash{}):
+		h := plumbing.NewHasher(plumbing.BlobObject, oh.Length)
+		if _, _, err := sc.NextObject(h); err != nil {
+			return 0, err
+		}
+		c.over = h.Sum()
+		return oh.Length, nil
+	}
+	_, _, err := sc.NextObject(io.Discard)
+	return oh.Length, err
+}
+
+// path is where the trees read name h, from the outermost tree read.
+func (c *packCheck) path(h plumbing.Hash) string {
+	var p string
+	for range 256 { // deeper than that is not a tree git makes
+		e, ok := c.names[h]
+		if !ok {
+			return p
+		}
+		p = path.Join(e.name, p)
+		h = e.tree
+	}
+	return p
+}
+
+// errObjectTooLarge marks checkSize's error for one object.
+var errObjectTooLarge = errors.New("object too large")
+
+// sizeError is checkSize's error for one object over the limit.
+type sizeError struct {
+	what        string
+	size, limit int64
+}
+
+func (e *sizeError) Error() string {
+	return fmt.Sprintf("%s: the server sent %s of %d bytes, over the limit of %d bytes a file", ErrLimit, e.what, e.size, e.limit)
+}
+
+func (e *sizeError) Is(target error) bool { return target == ErrLimit || target == errObjectTooLarge }
+
+func sizeOf(err error) int64 {
+	var se *sizeError
+	if errors.As(err, &se) {
+		return se.size
+	}
+	return 0
 }
 
 // checkSize fails an object of size bytes over maxObject, or one that
@@ -108,7 +288,7 @@ func checkSize(t plumbing.ObjectType, size, total, maxObject, maxTotal int64) er
 		what = "a file (blob)"
 	}
 	if size > maxObject {
-		return fmt.Errorf("%w: the server sent %s of %d bytes, over the limit of %d bytes a file", ErrLimit, what, size, maxObject)
+		return &sizeError{what: what, size: size, limit: maxObject}
 	}
 	if total+size > maxTotal {
 		return fmt.Errorf("%w: the server sent more than %d bytes of objects, over the limit of a fetch", ErrLimit, maxTotal)

@@ -114,7 +114,7 @@ func (s *session) fetch(ctx context.Context, st storage.Storer, wants []plumbing
 	}
 	pack := guardPack(demux(req, resp), s.maxObject, s.maxTotal)
 	err = storePack(st, pack, thin)
-	if lerr := pack.limitErr(); lerr != nil {
+	if lerr := pack.limitErr(ctx); lerr != nil {
 		return lerr
 	}
 	return err
