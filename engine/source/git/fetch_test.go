@@ -556,13 +556,7 @@ func TestSSHHostKeys(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
 	port := gittest.FreePort(t)
-	dir := t.TempDir()
-	hostKey := keygen(t, dir, "host", "")
-	keygen(t, dir, "client", "")
-	sshAuth := &Auth{
-		SSHIdentity: readFile(t, dir+"/client"),
-		KnownHosts:  []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey)),
-	}
+	sshAuth := sshAuthFor(t, port)
 	tests := []struct {
 		url  string
 		auth *Auth

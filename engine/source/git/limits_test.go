@@ -388,10 +388,7 @@ func TestDeltaTarget(t *testing.T) {
 func TestHandshakeDeadline(t *testing.T) {
 	t.Parallel()
 	port := gittest.Blackhole(t)
-	dir := t.TempDir()
-	hostKey := keygen(t, dir, "host", "")
-	keygen(t, dir, "client", "")
-	sshAuth := &Auth{SSHIdentity: readFile(t, dir+"/client"), KnownHosts: []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey))}
+	sshAuth := sshAuthFor(t, port)
 	for _, tt := range []struct {
 		url  string
 		auth *Auth
@@ -412,5 +409,18 @@ func TestHandshakeDeadline(t *testing.T) {
 				t.Fatal("the fetch still holds the repository 20s after its timeout of 500ms")
 			}
 		})
+	}
+}
+
+// sshAuthFor is an identity, and known_hosts trusting a new host key on
+// 127.0.0.1:port, for servers that never get as far as checking them.
+func sshAuthFor(t *testing.T, port int) *Auth {
+	t.Helper()
+	dir := t.TempDir()
+	hostKey := keygen(t, dir, "host", "")
+	keygen(t, dir, "client", "")
+	return &Auth{
+		SSHIdentity: readFile(t, dir+"/client"),
+		KnownHosts:  []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey)),
 	}
 }
