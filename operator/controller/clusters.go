@@ -380,7 +380,9 @@ func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, e
 		}
 	}
 	reach.needed = func() bool { return rs.users == nil || len(rs.users(ref)) > 0 }
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &remoteTransport{next: rt, reach: reach} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &remoteTransport{next: rt, reach: reach, timeout: rs.timeout}
+	})
 	rc, err := rs.clientFor(cfg)
 	if err != nil {
 		cancel()

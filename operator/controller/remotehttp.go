@@ -88,15 +88,15 @@ func (r *reachability) err() error {
 	return r.down
 }
 
-// fail records that a request got no answer: the cluster is down until a
-// probe finds it back.
-func (r *reachability) fail(err error) {
+// fail records that a request, of the timeout given, got no answer: the
+// cluster is down until a probe finds it back.
+func (r *reachability) fail(err error, timeout time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down != nil {
 		return
 	}
-	r.down = &unreachableError{why: noAnswer(err, r.timeout)}
+	r.down = &unreachableError{why: noAnswer(err, timeout)}
 	r.log.Info("remote cluster unreachable; its targets and sources fail at once until a probe finds it back", "reason", r.down.why)
 	if !r.probing {
 		r.probing = true
@@ -107,7 +107,7 @@ func (r *reachability) fail(err error) {
 // contact probes the cluster once, as a first contact does.
 func (r *reachability) contact(ctx context.Context) error {
 	if err := r.probeOnce(ctx); err != nil {
-		r.fail(err)
+		r.fail(err, r.timeout)
 		return r.err()
 	}
 	return nil
@@ -168,8 +168,9 @@ func noAnswer(err error, timeout time.Duration) string {
 // probes themselves), marks it down when a request gets no answer, and
 // withholds what the peer answered that is not the API's own.
 type remoteTransport struct {
-	next  http.RoundTripper
-	reach *reachability
+	next    http.RoundTripper
+	reach   *reachability
+	timeout time.Duration // of a request, for messages
 }
 
 func (t *remoteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -181,7 +182,7 @@ func (t *remoteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		if t.reach != nil && !errors.Is(err, context.Canceled) {
-			t.reach.fail(err)
+			t.reach.fail(err, t.timeout)
 		}
 		return nil, err
 	}
