@@ -5,17 +5,23 @@
 // namespaces a selector picks) while a seeded, randomised schedule of
 // faults runs: kill -9 of the operator, the API server stopped (SIGTERM)
 // or killed (SIGKILL) for 20 s (20-60 s in long runs), the remote
-// cluster down, the git server down, hand edits and deletions of managed
-// objects, source churn and source values the transform rejects. Each phase of faults ends with the
-// API server's outage and, once every fault is over, a few changes the
-// operator must notice.
+// cluster and the git server down (refusing connections) or blackholed
+// (accepting them and never answering), hand edits and deletions of
+// managed objects, source churn, source values the transform rejects and
+// webhook floods (400 unauthenticated posts of 5 MiB, then a signed
+// push). Each phase of faults ends with the API server's outage and,
+// once every fault is over, a few changes the operator must notice. The
+// operator runs with RBAC that grants everything but Pods, and beside the
+// fleet six ManifestSyncs can never sync: two output a Pod, two read a
+// git server that never answers, two target a cluster that never
+// answers.
 //
 // Invariants are checked continuously (watches, the operator's log) and
 // after each phase of faults: no managed object lost or duplicated, no
 // foreign object modified, no Secret value in a log, event or status,
 // every ManifestSync converged within the limit after the last fault, no
-// write war. The test prints a table of the faults injected and the
-// invariants held.
+// write war, every ManifestSync that can never sync reporting why. The
+// test prints a table of the faults injected and the invariants held.
 //
 // SOAK_DURATION sets how long faults run (default 60s, the form `make
 // test` runs; `make soak` runs 15m), SOAK_SEED replays a run's schedule,

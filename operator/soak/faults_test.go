@@ -25,6 +25,8 @@ const (
 	faultAPIServerKill
 	faultRemote
 	faultGit
+	faultBlackholeRemote
+	faultBlackholeGit
 	faultEdit
 	faultDelete
 	faultChurnSecret
@@ -32,8 +34,12 @@ const (
 	faultChurnGit
 	faultChurnNamespace
 	faultPoison
+	faultWebhookFlood
 	numFaultKinds
 )
+
+// outage reports whether the fault takes a peer away for a while.
+func (k faultKind) outage() bool { return k <= faultBlackholeGit }
 
 func (k faultKind) String() string {
 	return [...]string{
@@ -42,6 +48,8 @@ func (k faultKind) String() string {
 		"API server killed (SIGKILL), down 20 s (20-60 s in long runs)",
 		"remote cluster down 5-20 s (its API server killed)",
 		"git server down (5-20 s)",
+		"remote cluster blackholed 5-20 s (its port accepts and never answers)",
+		"git server blackholed 5-20 s (its port accepts and never answers)",
 		"hand edit of a managed object",
 		"hand deletion of a managed object",
 		"source churn: object-source Secret",
@@ -49,6 +57,7 @@ func (k faultKind) String() string {
 		"source churn: git commit",
 		"source churn: namespace relabelled (selector)",
 		"source value the transform rejects (restored after 3-8 s)",
+		"webhook flood (400 unauthenticated 5 MiB posts, then a signed push)",
 	}[k]
 }
 
@@ -119,8 +128,16 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 		if long >= 2*time.Minute && kind != api {
 			n = 2
 		}
-		slot := (long - margin) / time.Duration(n)
-		for i := range n {
+		// A peer is down (refusing connections) n times and blackholed
+		// (accepting them, never answering) once, in slots of their own.
+		slots := n
+		blackhole := -1
+		if kind != api {
+			slots++
+			blackhole = rng.IntN(slots)
+		}
+		slot := (long - margin) / time.Duration(slots)
+		for i := range slots {
 			if kind == api {
 				// It ends last: the changes made once every fault is
 				// over show whether the operator's watches came back.
@@ -133,8 +150,12 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 				add(kind, long-margin-dur, dur)
 				continue
 			}
-			dur := uniform(5*time.Second, 20*time.Second)
-			add(kind, time.Duration(i)*slot+uniform(0, slot-dur), dur)
+			dur := uniform(5*time.Second, min(20*time.Second, slot))
+			k := kind
+			if i == blackhole {
+				k = map[faultKind]faultKind{faultRemote: faultBlackholeRemote, faultGit: faultBlackholeGit}[kind]
+			}
+			add(k, time.Duration(i)*slot+uniform(0, slot-dur), dur)
 		}
 	}
 	end := long - 5*time.Second
@@ -154,6 +175,9 @@ func schedule(rng *rand.Rand, phase int, long time.Duration) []*fault {
 	for range max(1, int(long/(30*time.Second))) {
 		dur := uniform(3*time.Second, 8*time.Second)
 		add(faultPoison, uniform(0, long-margin-dur), dur)
+	}
+	for range max(1, int(long/time.Minute)) {
+		add(faultWebhookFlood, uniform(0, end), 0)
 	}
 	slices.SortStableFunc(out, func(a, b *fault) int { return int(a.at - b.at) })
 	// At the end, once every other fault is over, changes the operator
@@ -216,7 +240,7 @@ func (r *run) precedingFault(at time.Time) string {
 			break
 		}
 		last = f
-		if f.kind > faultGit {
+		if !f.kind.outage() {
 			continue
 		}
 		if f.end.IsZero() || f.end.After(at) {
@@ -274,6 +298,12 @@ func (r *run) execute(ctx context.Context, f *fault) {
 		r.git.stop()
 		time.Sleep(f.dur)
 		err = r.git.start()
+	case faultBlackholeRemote:
+		err = r.blackholeRemote(f)
+	case faultBlackholeGit:
+		err = r.blackholeGit(f)
+	case faultWebhookFlood:
+		err = r.webhookFlood(ctx, f, rng)
 	case faultEdit, faultDelete:
 		err = r.handEdit(ctx, f, rng)
 	case faultChurnSecret, faultChurnConfigMap:

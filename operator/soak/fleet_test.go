@@ -19,6 +19,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/webhook"
 )
 
 // The fleet: 50 ManifestSyncs of four kinds, spread over five home
@@ -333,6 +334,8 @@ func (s *msync) manifestSync(gitURL string) *v1alpha1.ManifestSync {
 			spec.Transform = &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Source: "repo", Path: "transform.star"}}
 		}
 		spec.Interval = &metav1.Duration{Duration: gitInterval}
+		// Pushes may bring the fetch forward (the webhook flood fault).
+		ms.Annotations = map[string]string{webhook.SecretAnnotation: hookSecret}
 	case kindSelector:
 		spec.Sources = objectSource("Secret")
 		spec.Targets = []v1alpha1.Target{{Name: "selected", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{groupLabel: s.group}}}}

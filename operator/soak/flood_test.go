@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -58,8 +57,11 @@ func TestWebhookFlood(t *testing.T) {
 	ctx := context.Background()
 	c := remoteEnv.Client
 	home, target := "flood-home", "flood-target"
-	for _, ns := range []string{home, target} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: home}},
+		{ObjectMeta: metav1.ObjectMeta{Name: target, Annotations: map[string]string{allowFrom: home}}},
+	} {
+		if err := c.Create(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,15 +324,22 @@ func (o *operatorProc) memory(t *testing.T) memory {
 	o.mu.Lock()
 	pid := o.cmd.Process.Pid
 	o.mu.Unlock()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := readMemory(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	return m
+}
+
+// readMemory reads VmRSS and VmHWM of a process.
+func readMemory(pid int) (memory, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return memory{}, err
+	}
 	var m memory
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, value, _ := strings.Cut(sc.Text(), ":")
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		name, value, _ := strings.Cut(line, ":")
 		kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
 		switch name {
 		case "VmRSS":
@@ -340,9 +349,9 @@ func (o *operatorProc) memory(t *testing.T) memory {
 		}
 	}
 	if m.hwm == 0 {
-		t.Fatalf("no VmHWM in /proc/%d/status", pid)
+		return m, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 	}
-	return m
+	return m, nil
 }
 
 // apiProxy is a plain-HTTP proxy to an API server, with the credentials

@@ -34,6 +34,7 @@ const (
 	invSecrets
 	invConverge
 	invWriteWar
+	invStuck
 	numInvariants
 )
 
@@ -44,6 +45,7 @@ func (i invariant) String() string {
 		"no Secret value in a log, event or status",
 		"every ManifestSync converges after the last fault",
 		"no write war",
+		"every faulty ManifestSync reports why",
 	}[i]
 }
 

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // config is what the environment asks of a run.
@@ -87,9 +88,18 @@ type run struct {
 	start        time.Time
 	phases       int
 	localDown    atomic.Bool
+	// stuck are the ManifestSyncs that can never sync (hostile_test.go).
+	stuck []*stuckSync
+	// webhookURL is the operator's receiver; hookTokens the webhook
+	// Secrets' tokens, by home namespace.
+	webhookURL string
+	hookTokens []string
 
 	faultsMu sync.Mutex
 	faults   []*fault
+
+	mu        sync.Mutex
+	floodPeak int64 // the operator's highest peak RSS after a webhook flood
 }
 
 func (r *run) clientOf(cluster string) client.Client {
@@ -143,6 +153,7 @@ func TestSoak(t *testing.T) {
 	defer r.op.stop()
 	r.start = time.Now()
 	r.mon.converge(ctx, "initial sync", r.start, 2*time.Minute, false)
+	r.mon.checkStuck(ctx, "initial sync", time.Minute)
 	t.Logf("set up and synced in %v", time.Since(began).Round(100*time.Millisecond))
 
 	if !t.Failed() {
@@ -157,6 +168,7 @@ func TestSoak(t *testing.T) {
 			label := fmt.Sprintf("phase %d of %d", i+1, len(phases))
 			t.Logf("%s: %d faults injected by %s", label, len(faults), r.since(last))
 			r.mon.converge(ctx, label, last, cfg.converge, true)
+			r.mon.checkStuck(ctx, label, cfg.converge)
 			r.checkpoint(ctx, label)
 		}
 	}
@@ -199,13 +211,17 @@ func (r *run) checkpoint(ctx context.Context, label string) {
 // setup makes the namespaces, the sources, the foreign objects, the git
 // repository and server, the ManifestSyncs and the operator (not started).
 func (r *run) setup(ctx context.Context, rng *rand.Rand) error {
+	// The namespaces written into allow the homes' ManifestSyncs (the
+	// write gate); the homes are their own.
+	allowHomes := map[string]string{allowFrom: strings.Join(homeNames(), ",")}
 	ns := func(c client.Client, name string, labels map[string]string) error {
-		return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
+		var annotations map[string]string
+		if !slices.Contains(homeNames(), name) && name != foreignNS {
+			annotations = allowHomes
+		}
+		return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations}})
 	}
-	var names []string
-	for i := range homes {
-		names = append(names, homeNS(i))
-	}
+	names := homeNames()
 	for i := range targetNSs {
 		names = append(names, targetNS(i))
 	}
@@ -241,6 +257,12 @@ func (r *run) setup(ctx context.Context, rng *rand.Rand) error {
 	if err := r.kubeconfigSecrets(ctx, kc); err != nil {
 		return err
 	}
+	if err := r.stuckSyncs(ctx, kc); err != nil {
+		return err
+	}
+	if err := r.webhookSetup(ctx, rng); err != nil {
+		return err
+	}
 	for _, s := range r.f.syncs {
 		if s.kind != kindGit {
 			if err := r.f.writeSource(ctx, r.client, s); err != nil {
@@ -262,7 +284,7 @@ func (r *run) setup(ctx context.Context, rng *rand.Rand) error {
 			return fmt.Errorf("creating %s: %w", s, err)
 		}
 	}
-	return r.newOperator()
+	return r.newOperator(ctx)
 }
 
 // kubeconfigSecrets puts the remote cluster's kubeconfig in every home
@@ -371,10 +393,16 @@ func (r *run) foreignObjects(ctx context.Context, rng *rand.Rand) error {
 }
 
 // newOperator prepares `engine operator` with a kubeconfig of this
-// cluster, its git cache in a directory of its own.
-func (r *run) newOperator() error {
+// cluster that may do anything but list, watch or write Pods, its git
+// cache in a directory of its own, its webhook receiver on a port of
+// 127.0.0.1.
+func (r *run) newOperator(ctx context.Context) error {
 	dir := r.t.TempDir()
-	kc, err := env.Kubeconfig("soak-operator")
+	admin, err := env.Kubeconfig("soak-operator-admin")
+	if err != nil {
+		return err
+	}
+	kc, err := r.restrictOperator(ctx, admin)
 	if err != nil {
 		return err
 	}
@@ -386,9 +414,12 @@ func (r *run) newOperator() error {
 	if err != nil {
 		return err
 	}
+	webhookAddr := testenv.FreeAddr(r.t)
+	r.webhookURL = "http://" + webhookAddr
 	r.op = &operatorProc{
 		bin: engineBin, kubeconfig: kcPath, logPath: filepath.Join(logDir, "operator.log"),
-		env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_CACHE_HOME=" + filepath.Join(dir, "cache")},
+		env:  []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_CACHE_HOME=" + filepath.Join(dir, "cache")},
+		args: []string{"--webhook-bind-address", webhookAddr},
 	}
 	return nil
 }
@@ -411,6 +442,20 @@ func (r *run) report() string {
 	fmt.Fprintf(&b, "Soak run: seed %d, faults for %v in %d phase(s), %d ManifestSyncs (%d object + Starlark, %d ConfigMap pass-through, %d git, %d selector), %d managed objects written, %d foreign objects; `engine operator` started %d times (%d exits of its own).\n\n",
 		r.cfg.seed, r.cfg.duration, r.phases, len(r.f.syncs), counts[kindObject], counts[kindConfigMap], counts[kindGit], counts[kindSelector],
 		len(m.writes), len(m.foreign), starts, selfExits)
+	fmt.Fprintf(&b, "The operator may not list, watch or write %s (RBAC). Beside the fleet, %d ManifestSyncs can never sync; each must report why, the fleet converge as without them:\n", forbiddenKind, len(r.stuck))
+	for _, s := range r.stuck {
+		reason := s.reason
+		if reason == "" {
+			reason = "no reason reported"
+		}
+		fmt.Fprintf(&b, "- %s/%s: %s; reported %s\n", s.ns, s.name, s.why, reason)
+	}
+	r.mu.Lock()
+	if r.floodPeak > 0 {
+		fmt.Fprintf(&b, "\nThe operator's highest peak RSS (VmHWM) measured after a webhook flood: %d MiB.\n", r.floodPeak>>20)
+	}
+	r.mu.Unlock()
+	b.WriteString("\n")
 	b.WriteString("| fault | injected | skipped | time under fault |\n|---|---:|---:|---:|\n")
 	for k := range numFaultKinds {
 		var n, skipped int
@@ -459,7 +504,7 @@ func (r *run) report() string {
 }
 
 // timeline lists the faults that last (outages, kills, rejected source
-// values), with their times into the run.
+// values) and the webhook floods, with their times into the run.
 func (r *run) timeline() string {
 	r.faultsMu.Lock()
 	defer r.faultsMu.Unlock()
@@ -471,7 +516,7 @@ func (r *run) timeline() string {
 			skips[f.kind.String()+": "+f.skipped]++
 			continue
 		}
-		if f.dur > 0 {
+		if f.dur > 0 || f.kind == faultWebhookFlood {
 			fmt.Fprintf(&b, "  %7v – %7v  %s\n", r.since(f.start), r.since(f.end), f)
 		}
 	}
