@@ -273,6 +273,8 @@ func (g *writeGate) boundRules(ctx context.Context, b *rbacv1.RoleBinding, objs 
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Sprintf("binds %s %q, which does not exist: what it would grant cannot be checked", ref.Kind, ref.Name), nil
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Sprintf("binds %s %q, which the operator may not read: what it would grant cannot be checked", ref.Kind, ref.Name), nil
 	case err != nil:
 		return nil, "", fmt.Errorf("reading %s %q of RoleBinding %s/%s: %w", ref.Kind, ref.Name, b.Namespace, b.Name, err)
 	}
