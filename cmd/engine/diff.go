@@ -165,7 +165,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	if err := controller.ValidateInstanceID(f.instanceID); err != nil {
 		return usageErr("diff: --instance-id: %v", err)
 	}
-	sf, err := readSyncFile(f.file)
+	sf, err := readSyncFile(ctx, f.limits.Timeout, f.file)
 	if err != nil {
 		return usageErr("%w", err)
 	}
@@ -232,9 +232,13 @@ func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf
 	}
 	local := *sf
 	local.Sync = ms
-	snaps, err := resolveSources(ctx, &local, f.sources)
+	rctx, timeout, cancel := readDeadline(ctx, f.limits.Timeout)
+	defer cancel()
+	snaps, err := readWithin(rctx, timeout, "reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
+		return resolveSources(ctx, &local, f.sources)
+	})
 	if err != nil {
-		return nil, usageErr("%w", err)
+		return nil, usageErr("%s: %w", f.file, err)
 	}
 	opts := engine.Options{Limits: f.limits, Targets: f.targets, Scope: clusterScope(c.RESTMapper())}
 	for _, t := range ms.Spec.Targets {

@@ -96,7 +96,7 @@ func workSide() side {
 			files, errs := findCandidates(present)
 			return files, errors.Join(errs...)
 		},
-		readFile: os.ReadFile,
+		readFile: source.ReadRegularFile,
 	}
 }
 
@@ -174,7 +174,9 @@ func (r *renderer) render(ctx context.Context, s side, paths []string) (map[stri
 	}
 	out := map[string]*rendered{}
 	for _, c := range cands {
-		data, err := s.readFile(c.path)
+		rctx, timeout, cancel := readDeadline(ctx, r.opts.Limits.Timeout)
+		data, err := readWithin(rctx, timeout, c.path, func(context.Context) ([]byte, error) { return s.readFile(c.path) })
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -206,7 +208,11 @@ func (r *renderer) evaluate(ctx context.Context, s side, sf *engine.SyncFile) (*
 			r.overridden[src.Name] = true
 		}
 	}
-	snaps, err := readSourcesIn(ctx, s.tree, sf, r.sources)
+	rctx, timeout, cancel := readDeadline(ctx, r.opts.Limits.Timeout)
+	defer cancel()
+	snaps, err := readWithin(rctx, timeout, sf.Name+": reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
+		return readSourcesIn(ctx, s.tree, sf, r.sources)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sf.Name, err)
 	}
@@ -275,7 +281,7 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 	if err != nil {
 		return err
 	}
-	namespaces, err := f.namespaces.load(stdin)
+	namespaces, err := f.namespaces.load(ctx, f.limits.Timeout, stdin)
 	if err != nil {
 		return err
 	}

@@ -211,7 +211,7 @@ func syncDir(t *testing.T, env *testenv.Env, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf, err := readSyncFile(filepath.Join(dir, "sync.yaml"))
+	sf, err := readSyncFile(context.Background(), 0, filepath.Join(dir, "sync.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func runEval(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *
 		return err
 	}
 	defer stop()
-	namespaces, err := f.namespaces.load(stdin)
+	namespaces, err := f.namespaces.load(ctx, f.limits.Timeout, stdin)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,11 @@ type evalRun struct {
 // and writes the result to stdout. Its errors show the lines they name.
 func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces, stdout, stderr io.Writer, f *evalFlags) (*evalRun, error) {
 	run := &evalRun{}
-	data, err := os.ReadFile(f.file)
+	// The sync file and the sources are read within --timeout, as the
+	// evaluation then runs within it.
+	rctx, timeout, cancel := readDeadline(ctx, f.limits.Timeout)
+	defer cancel()
+	data, err := readUserFile(rctx, timeout, f.file)
 	if err != nil {
 		return run, &exitError{code: exitUsage, err: err}
 	}
@@ -204,10 +208,14 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 	if target, flag := namespaces.missingCluster(spec, f.targets); target != "" {
 		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector in a remote cluster, which needs that cluster's namespaces: give them with %s", f.file, target, flag))
 	}
-	snaps, err := resolveSources(ctx, sf, f.sources)
+	snaps, err := readWithin(rctx, timeout, "reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
+		return resolveSources(ctx, sf, f.sources)
+	})
 	if err != nil {
-		return run, withTree(err, newTree(f.file, data, nil, nil))
+		// The sync file names the sources: "sync.yaml: source "app": ...".
+		return run, withTree(inFile(f.file, err), newTree(f.file, data, nil, nil))
 	}
+	cancel()
 	run.snaps = snaps
 	for _, line := range localSources(sf, snaps, f.sources) {
 		note(stderr, "%s", line)
@@ -245,6 +253,17 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 	return run, nil
 }
 
+// inFile puts the name of the file err is about in front of its message,
+// keeping its exit code.
+func inFile(name string, err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		ee.err = fmt.Errorf("%s: %w", name, ee.err)
+		return ee
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
 // withTree makes err show the lines of t it names, keeping its exit code.
 func withTree(err error, t *tree) error {
 	var ee *exitError
@@ -278,8 +297,10 @@ func placePatchErrors(sf *engine.SyncFile, res *engine.Result) {
 	}
 }
 
-func readSyncFile(name string) (*engine.SyncFile, error) {
-	b, err := os.ReadFile(name)
+// readSyncFile reads and loads the sync file name, a regular file, within
+// --timeout (see readUserFile).
+func readSyncFile(ctx context.Context, timeout time.Duration, name string) (*engine.SyncFile, error) {
+	b, err := readUserFile(ctx, timeout, name)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func TestEvalWorkerCommand(t *testing.T) {
 	}
 	defer stop()
 	dir := "../../examples/starlark-app"
-	sf, err := readSyncFile(filepath.Join(dir, "sync.yaml"))
+	sf, err := readSyncFile(context.Background(), 0, filepath.Join(dir, "sync.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

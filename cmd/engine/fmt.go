@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lcue "github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
@@ -71,7 +72,7 @@ func runFmt(stdout, stderr io.Writer, f *fmtFlags, paths []string) error {
 	}
 	var unformatted, broken int
 	for _, name := range files {
-		src, err := os.ReadFile(name)
+		src, err := source.ReadRegularFile(name)
 		if err != nil {
 			return usageErr("fmt: %w", err)
 		}
@@ -133,9 +134,14 @@ func findFormattable(paths []string) ([]string, error) {
 			if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
 			}
-			if d.Type().IsRegular() && formatters[filepath.Ext(p)] != nil {
-				out = append(out, p)
+			if formatters[filepath.Ext(p)] == nil || d.IsDir() || d.Type()&fs.ModeSymlink != 0 {
+				return nil
 			}
+			if !d.Type().IsRegular() {
+				// A FIFO, socket or device: refused, not opened.
+				return &source.NotRegularError{Path: p, Mode: d.Type()}
+			}
+			out = append(out, p)
 			return nil
 		})
 		if err != nil {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
@@ -83,7 +84,10 @@ func (f *namespaceFlags) given() bool { return len(f.files) > 0 || len(f.items) 
 // that namespaceSelector targets stay errors; an empty list is a cluster
 // with no namespaces. A namespace named twice is an error, wherever the two
 // are. Errors are usage errors naming the file and line or the flag value.
-func (f *namespaceFlags) load(stdin io.Reader) (givenNamespaces, error) {
+// Files and stdin are read within timeout (--timeout; see readWithin).
+func (f *namespaceFlags) load(ctx context.Context, timeout time.Duration, stdin io.Reader) (givenNamespaces, error) {
+	ctx, timeout, cancel := readDeadline(ctx, timeout)
+	defer cancel()
 	stdinRead := false
 	read := func(flag, name string) ([]placedNamespace, error) {
 		var (
@@ -97,9 +101,9 @@ func (f *namespaceFlags) load(stdin io.Reader) (givenNamespaces, error) {
 			}
 			stdinRead = true
 			display = "<stdin>"
-			data, err = io.ReadAll(stdin)
+			data, err = readWithin(ctx, timeout, "stdin", func(context.Context) ([]byte, error) { return io.ReadAll(stdin) })
 		} else {
-			data, err = os.ReadFile(name)
+			data, err = readUserFile(ctx, timeout, name)
 		}
 		if err != nil {
 			return nil, usageErr("%s %s: %w", flag, name, err)

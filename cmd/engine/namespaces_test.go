@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,17 +65,17 @@ func TestParseNamespaces(t *testing.T) {
 // cluster with no namespaces, where every selector matches none.
 func TestNamespaceFlagsEmptyIsNotNone(t *testing.T) {
 	var none namespaceFlags
-	if got, err := none.load(strings.NewReader("")); err != nil || got.local != nil {
+	if got, err := none.load(context.Background(), 0, strings.NewReader("")); err != nil || got.local != nil {
 		t.Fatalf("no flag: got %v, %v; want nil", got, err)
 	}
 	f := namespaceFlags{files: []string{"-"}}
-	given, err := f.load(strings.NewReader(""))
+	given, err := f.load(context.Background(), 0, strings.NewReader(""))
 	got := given.local
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty stdin: got %#v, %v; want an empty list", got, err)
 	}
 	twice := namespaceFlags{files: []string{"-", "-"}}
-	if _, err := twice.load(strings.NewReader("")); err == nil || !strings.Contains(err.Error(), "stdin is given twice") {
+	if _, err := twice.load(context.Background(), 0, strings.NewReader("")); err == nil || !strings.Contains(err.Error(), "stdin is given twice") {
 		t.Fatalf("stdin twice: err = %v", err)
 	}
 }

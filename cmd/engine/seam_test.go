@@ -100,7 +100,7 @@ spec:
 `, ns, url)})
 
 	// The operator.
-	sf, err := readSyncFile(syncFile)
+	sf, err := readSyncFile(context.Background(), 0, syncFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -102,7 +103,12 @@ func runStarTests(ctx context.Context, stdout io.Writer, f *starTestFlags, paths
 	for _, tf := range files {
 		snap, ok := snaps[tf.Root]
 		if !ok {
-			if snap, err = source.Dir(tf.Root, source.Limits{}); err != nil {
+			rctx, timeout, cancel := readDeadline(ctx, f.limits.Timeout)
+			snap, err = readWithin(rctx, timeout, tf.Root, func(context.Context) (*engine.Snapshot, error) {
+				return source.Dir(tf.Root, source.Limits{})
+			})
+			cancel()
+			if err != nil {
 				return usageErr("test: %w", err)
 			}
 			snaps[tf.Root] = snap
@@ -190,7 +196,12 @@ func writeGoldens(stdout io.Writer, tf startest.File, goldens []stdlib.Golden) e
 			return fmt.Errorf("golden file @%s//%s: not in the test's tree %s", g.Source, g.Path, tf.Root)
 		}
 		p := filepath.Join(tf.Root, filepath.FromSlash(g.Path))
-		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, g.Data) {
+		old, err := source.ReadRegularFile(p)
+		var ne *source.NotRegularError
+		if errors.As(err, &ne) {
+			return err // writing would block on a FIFO as reading does
+		}
+		if err == nil && bytes.Equal(old, g.Data) {
 			continue
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -116,7 +116,7 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	if err != nil {
 		return err
 	}
-	namespaces, err := f.namespaces.load(stdin)
+	namespaces, err := f.namespaces.load(ctx, f.limits.Timeout, stdin)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 		return err
 	}
 	defer stop()
-	policies, err := loadPolicies(ctx, pool, f.policies)
+	policies, err := loadPolicies(ctx, pool, f.limits, f.policies)
 	if err != nil {
 		return usageErr("vet: %w", err)
 	}

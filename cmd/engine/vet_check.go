@@ -182,10 +182,14 @@ type policy struct {
 // loadPolicies reads each --policy directory, and compiles it as a CUE
 // package in a worker (a policy is code: compiling one can take any time
 // and memory). The worker keeps the compiled packages for checkPolicies.
-func loadPolicies(ctx context.Context, pool *worker.Pool, dirs []string) ([]*policy, error) {
+func loadPolicies(ctx context.Context, pool *worker.Pool, limits lstar.Limits, dirs []string) ([]*policy, error) {
 	var out []*policy
 	for _, dir := range dirs {
-		snap, err := source.Dir(dir, source.Limits{})
+		rctx, timeout, cancel := readDeadline(ctx, limits.Timeout)
+		snap, err := readWithin(rctx, timeout, dir, func(context.Context) (*engine.Snapshot, error) {
+			return source.Dir(dir, source.Limits{})
+		})
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("--policy %s: %w", dir, err)
 		}
@@ -232,7 +236,9 @@ func (v *vetter) run(ctx context.Context, paths []string) *vetReport {
 	}
 	var checked []*syncDoc // by v.rep.Syncs
 	for _, c := range files {
-		docs, err := readSyncDocs(c)
+		rctx, timeout, cancel := readDeadline(ctx, v.limits.Timeout)
+		docs, err := readWithin(rctx, timeout, c.path, func(context.Context) ([]*syncDoc, error) { return readSyncDocs(c) })
+		cancel()
 		if err != nil {
 			v.rep.Errors = append(v.rep.Errors, &vetError{Pos: position{File: c.path}, Msg: err.Error()})
 			continue
@@ -293,7 +299,11 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		}
 	}
 	sf := &engine.SyncFile{Name: d.file, Sync: ms}
-	snaps, err := readSources(ctx, sf, v.sources)
+	rctx, timeout, cancel := readDeadline(ctx, v.limits.Timeout)
+	defer cancel()
+	snaps, err := readWithin(rctx, timeout, d.file+": reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
+		return readSources(ctx, sf, v.sources)
+	})
 	var se *source.Error
 	if errors.As(err, &se) {
 		return failAt(d.line(fmt.Sprintf("spec.sources[%d]", se.Index)), err)

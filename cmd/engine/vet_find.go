@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -55,8 +56,15 @@ func findCandidates(paths []string) ([]candidate, []error) {
 			if err != nil {
 				return err
 			}
-			if d.Type().IsRegular() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+			if !strings.HasSuffix(p, ".yaml") && !strings.HasSuffix(p, ".yml") {
+				return nil
+			}
+			switch {
+			case d.Type().IsRegular():
 				add(p, false)
+			case !d.IsDir() && d.Type()&fs.ModeSymlink == 0:
+				// A FIFO, socket or device: refused, not opened.
+				errs = append(errs, &source.NotRegularError{Path: p, Mode: d.Type()})
 			}
 			return nil
 		})
@@ -87,7 +95,7 @@ var kindLine = regexp.MustCompile(`(?m)^\s*kind:\s*["']?` + v1alpha1.Kind + `["'
 // named, or looks like a ManifestSync; otherwise it is none of vet's
 // business.
 func readSyncDocs(c candidate) ([]*syncDoc, error) {
-	data, err := os.ReadFile(c.path)
+	data, err := source.ReadRegularFile(c.path)
 	if err != nil {
 		return nil, err
 	}
