@@ -25,6 +25,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	enginesource "github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -77,7 +78,8 @@ func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) erro
 				NewInformer:          r.Options.APIServer.NewInformer,
 			})
 			if err != nil {
-				return nil, fmt.Errorf("creating the cache of namespace %q, objects %s: %w", namespace, sel, err)
+				// The caller says which namespace, if the tenant may know it.
+				return nil, fmt.Errorf("creating the cache of objects %s: %w", sel, err)
 			}
 			return c, mgr.Add(cacheRunnable{c})
 		},
@@ -157,7 +159,8 @@ func (r *Reconciler) setReader(ctx context.Context, gvk schema.GroupVersionKind,
 	ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
 	defer cancel()
 	if !c.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("the cache of namespace %q did not sync within %v", namespace, cacheSyncTimeout)
+		// The caller says which namespace, if the tenant may know it.
+		return nil, fmt.Errorf("the cache did not sync within %v", cacheSyncTimeout)
 	}
 	return c, nil
 }
@@ -200,7 +203,9 @@ const cacheSyncTimeout = 30 * time.Second
 // read from the API server, as the ManifestSync's service account, only
 // when the object is new to the set or its resourceVersion changed. Every
 // object of another namespace must share itself with the ManifestSync's
-// namespace (AllowNamespacesAnnotation), or the source fails naming it.
+// namespace (AllowNamespacesAnnotation), or the source fails, saying how
+// many did not (see notSharedError): never which, for the tenant may not
+// list them.
 func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
 	namespaces, err := setNamespaces(ctx, sc, set)
 	if err != nil {
@@ -218,17 +223,22 @@ func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestS
 	}
 	var objs []map[string]any
 	read := map[objectRef]bool{}
+	denied := 0
 	for _, ns := range namespaces {
 		for _, gvk := range kinds {
-			got, err := readSetKind(ctx, ms, sc, set, reader, gvk, ns, st)
+			got, notShared, err := readSetKind(ctx, ms, sc, set, reader, gvk, ns, st)
 			if err != nil {
 				return nil, err
 			}
+			denied += notShared
 			for _, g := range got {
 				read[g.ref] = true
 				objs = append(objs, g.obj)
 			}
 		}
+	}
+	if denied > 0 {
+		return nil, notSharedError(ms, set, denied)
 	}
 	forgetSetBodies(ms, name, read, st)
 	return objs, nil
@@ -240,26 +250,28 @@ type setObject struct {
 	obj map[string]any
 }
 
-// readSetKind reads the objects of kind gvk in namespace that set holds.
-func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) ([]setObject, error) {
+// readSetKind reads the objects of kind gvk in namespace that set holds,
+// and counts those it selects that are not shared with ms (unread).
+func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, set *engine.ObjectSet, reader client.Reader, gvk schema.GroupVersionKind, ns string, st *syncState) (out []setObject, denied int, err error) {
+	where := setNamespaceOf(set, ns)
 	cached, err := sc.set(ctx, gvk, ns, set.Labels)
 	if err != nil {
-		return nil, fmt.Errorf("%s in namespace %q: watching: %w", gvk.Kind, ns, err)
+		return nil, 0, fmt.Errorf("%s in %s: watching: %w", gvk.Kind, where, err)
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	if err := cached.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: set.Labels}); err != nil {
-		return nil, fmt.Errorf("listing %s in namespace %q: %w", gvk.Kind, ns, err)
+		return nil, 0, fmt.Errorf("listing %s in %s: %w", gvk.Kind, where, err)
 	}
-	var out []setObject
 	for i := range list.Items {
 		meta := &list.Items[i]
 		if !set.Selects(gvk, meta) {
 			continue
 		}
 		ref := objectRef{gvk: gvk, namespace: ns, name: meta.Name, cluster: sc.ref}
-		if err := sc.allowed(ms, ref, meta.Annotations); err != nil {
-			return nil, err
+		if sc.allowed(ms, ref, meta.Annotations) != nil {
+			denied++ // never named: see notSharedError
+			continue
 		}
 		snap := st.sources[ref]
 		if snap == nil || snap.Revision != "resourceVersion:"+meta.ResourceVersion {
@@ -269,14 +281,16 @@ func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceClust
 				if apierrors.IsNotFound(err) {
 					continue // gone since the cache listed it; its delete event follows
 				}
-				return nil, fmt.Errorf("%s: %w", ref, err)
+				// It shares itself with ms's namespace: it may be named.
+				return nil, 0, fmt.Errorf("%s: %w", ref, err)
 			}
 			// The body decides, should the cache lag behind it.
 			if !set.Selects(gvk, obj) {
 				continue
 			}
-			if err := sc.allowed(ms, ref, obj.GetAnnotations()); err != nil {
-				return nil, err
+			if sc.allowed(ms, ref, obj.GetAnnotations()) != nil {
+				denied++
+				continue
 			}
 			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
 			snap = enginesource.ObjectSnapshot(obj.Object)
@@ -286,7 +300,38 @@ func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceClust
 			out = append(out, setObject{ref: ref, obj: snap.Object})
 		}
 	}
-	return out, nil
+	return out, denied, nil
+}
+
+// setNamespaceOf words namespace ns of set in an error: by name when the
+// tenant named it (spec.sources[].objects.namespace), else not at all, for
+// a namespaceSelector picks among namespaces the tenant may not list.
+func setNamespaceOf(set *engine.ObjectSet, ns string) string {
+	if set.NamespaceSelector != nil {
+		return "a namespace its namespaceSelector selects"
+	}
+	return fmt.Sprintf("namespace %q", ns)
+}
+
+// notSharedError is the error of an object set that selects denied
+// objects of other namespaces that do not share themselves with ms's
+// namespace. It says only what the tenant knows already or may: that
+// access was refused, how many objects, its own selection, and the
+// annotation their owners would set. The objects' names, and the
+// namespaces a namespaceSelector picked, are not said: the tenant may not
+// list them, and an error in its status must not list them for it.
+func notSharedError(ms *v1alpha1.ManifestSync, set *engine.ObjectSet, denied int) error {
+	where := "namespaces its namespaceSelector selects"
+	if set.NamespaceSelector == nil {
+		where = fmt.Sprintf("namespace %q", set.Namespace)
+	}
+	verb := "are"
+	if denied == 1 {
+		verb = "is"
+	}
+	return fmt.Errorf("access refused: the object set selects %s in %s that %s not shared with namespace %q: "+
+		"an owner shares an object by listing %q (or \"*\") in its annotation %s",
+		plural.Count(denied, "object"), where, verb, ms.Namespace, ms.Namespace, AllowNamespacesAnnotation)
 }
 
 // forgetSetBodies records what the object set source name read, and drops

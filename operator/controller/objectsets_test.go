@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,7 +24,7 @@ import (
 // the 200 namespaces a selector picks. Labelling a sixth Secret adds it
 // everywhere (the time is logged), removing the label prunes it, and a labelled
 // Secret of a namespace that does not share it with the ManifestSync's
-// namespace is refused by name.
+// namespace is refused (TestObjectSetNotSharedNamesNothing).
 func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -197,27 +199,6 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 		t.Errorf("shared-0: %d copies, want %d", n, fanout)
 	}
 
-	// A labelled Secret of a namespace that does not share it: refused,
-	// by name, and nothing is applied.
-	other := env.Namespace(t, nil)
-	secret(other, "unshared", labelled, nil)
-	refused := newSync(home, "refused", v1alpha1.ManifestSyncSpec{
-		Sources: []v1alpha1.Source{{Name: "other", Objects: &v1alpha1.ObjectSetSource{
-			APIVersion: "v1", Kind: "Secret", Namespace: other,
-			LabelSelector: &metav1.LabelSelector{MatchLabels: labelled},
-		}}},
-		Targets: targets(nss[0]),
-	})
-	createSync(t, refused)
-	failed := waitFor(t, refused, v1alpha1.ReasonSourceFailed)
-	want := fmt.Sprintf("Secret %s/unshared is in another namespace and its annotation %s does not list %q", other, AllowNamespacesAnnotation, home)
-	if msg := condition(failed, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
-		t.Errorf("Ready message %q, want it to contain %q", msg, want)
-	}
-	if n := copies(t, "unshared"); n != 0 {
-		t.Errorf("unshared: %d copies, want none", n)
-	}
-
 	// Deleting the ManifestSync prunes a thousand copies: give it longer
 	// than the cleanup's wait.
 	if err := env.Client.Delete(ctx, ms); err != nil {
@@ -276,5 +257,118 @@ func TestObjectSetWholeNamespace(t *testing.T) {
 	}
 	if !strings.HasPrefix(got.Status.Inputs.Sources["ns"], "objects:3@") {
 		t.Errorf("inputs.sources.ns = %q", got.Status.Inputs.Sources["ns"])
+	}
+}
+
+// A tenant's object set selects Secrets of namespaces that do not share
+// them with its namespace. What a hostile tenant gets: "access refused",
+// how many objects, its own selection and the annotation to ask for, and
+// nothing else. The names of the unshared Secrets, and the namespaces its
+// namespaceSelector picked (which it may not list), are in neither its
+// status nor its events; nothing is applied. Once shared, the same
+// ManifestSync syncs.
+func TestObjectSetNotSharedNamesNothing(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, dest, dest2 := env.Namespace(t, nil), env.Namespace(t, nil), env.Namespace(t, nil)
+	picked := map[string]string{"picked-by": home} // unique to this test
+	other := env.Namespace(t, picked)
+	hidden := env.Namespace(t, picked) // a namespace the tenant does not know of
+	labelled := map[string]string{"replicate": "yes"}
+	for ns, name := range map[string]string{other: "unshared-db-password", hidden: "hidden-api-key"} {
+		if err := env.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labelled},
+			Data:       map[string][]byte{"value": []byte("x")},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := []string{"unshared-db-password", "hidden-api-key"}
+
+	// A set of the one namespace the tenant named: that namespace may be
+	// said, the object may not.
+	named := newSync(home, "named", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "other", Objects: &v1alpha1.ObjectSetSource{
+			APIVersion: "v1", Kind: "Secret", Namespace: other,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labelled},
+		}}},
+		Targets: targets(dest),
+	})
+	createSync(t, named)
+	got := waitFor(t, named, v1alpha1.ReasonSourceFailed)
+	want := fmt.Sprintf(`access refused: the object set selects 1 object in namespace %q that is not shared with namespace %q: an owner shares an object by listing %q (or "*") in its annotation %s`,
+		other, home, home, AllowNamespacesAnnotation)
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("Ready message %q, want it to contain %q", msg, want)
+	}
+	waitEvent(t, named, EventSyncFailed, "access refused")
+	noMention(t, named, secrets...)
+
+	// A set of the namespaces a selector picks: neither the objects nor
+	// the namespaces are said.
+	selected := newSync(home, "selected", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "picked", Objects: &v1alpha1.ObjectSetSource{
+			APIVersion: "v1", Kind: "Secret", NamespaceSelector: &metav1.LabelSelector{MatchLabels: picked},
+			LabelSelector: &metav1.LabelSelector{MatchLabels: labelled},
+		}}},
+		Targets: targets(dest2),
+	})
+	createSync(t, selected)
+	got = waitFor(t, selected, v1alpha1.ReasonSourceFailed)
+	want = fmt.Sprintf(`access refused: the object set selects 2 objects in namespaces its namespaceSelector selects that are not shared with namespace %q`, home)
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("Ready message %q, want it to contain %q", msg, want)
+	}
+	waitEvent(t, selected, EventSyncFailed, "access refused")
+	noMention(t, selected, append(secrets, other, hidden)...)
+	for _, name := range secrets {
+		if n := copies(t, name); n != 0 {
+			t.Errorf("%s: %d copies, want none", name, n)
+		}
+	}
+
+	// Their owners share them: the same ManifestSyncs sync.
+	for ns, name := range map[string]string{other: "unshared-db-password", hidden: "hidden-api-key"} {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, keyOf(ns, name), s); err != nil {
+			t.Fatal(err)
+		}
+		s.Annotations = map[string]string{AllowNamespacesAnnotation: home}
+		if err := env.Client.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready(t, named)
+	ready(t, selected)
+}
+
+// noMention fails if any of names is in ms's status or in the notes of
+// the events about it: what its tenant can read.
+func noMention(t *testing.T, ms *v1alpha1.ManifestSync, names ...string) {
+	t.Helper()
+	got := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), got); err != nil {
+		t.Fatal(err)
+	}
+	status, err := json.Marshal(got.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events eventsv1.EventList
+	if err := env.Client.List(context.Background(), &events, client.InNamespace(ms.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var notes strings.Builder
+	for _, e := range events.Items {
+		if e.Regarding.Name == ms.Name && e.Regarding.Kind == v1alpha1.Kind {
+			notes.WriteString(e.Note + "\n")
+		}
+	}
+	for _, name := range names {
+		for where, text := range map[string]string{"status": string(status), "events": notes.String()} {
+			if strings.Contains(text, name) {
+				t.Errorf("%s of %s names %q, which its tenant may not list: %s", where, ms.Name, name, text)
+			}
+		}
 	}
 }
