@@ -8,9 +8,7 @@ import (
 	"sync"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,13 +22,14 @@ import (
 // No kind holds a worker. A watch of a kind the operator may not list and
 // watch (RBAC: a Pod, a ClusterRoleBinding a transform outputs) never
 // syncs, and a cached read of it would wait for it forever. So:
-//   - before a kind is watched, the operator asks the API server (a
-//     SelfSubjectAccessReview each for list and watch) whether it may;
-//     a kind it may not is read directly from the API server instead (its
-//     drift is then found at each resync, not watched), and asked about
-//     again after accessRecheck (RBAC changes);
-//   - a watch whose list or watch the API server refuses later (RBAC
-//     changed) is stopped and its informer removed, rather than left
+//   - before a kind is watched, the operator lists one object of it (a
+//     read: an access review would be a write at every start); a kind the
+//     API server refuses to list is read object by object instead (its
+//     drift is then found at each resync, not watched), and tried again
+//     after accessRecheck (RBAC changes);
+//   - a watch whose list or watch the API server refuses (a kind the
+//     operator may list but not watch, or RBAC changed) is stopped and its
+//     informer removed, rather than left
 //     retrying and logging forever, and the kind is read directly;
 //   - a cached read waits at most syncWait, from the start of the watch,
 //     for the kind's cache to sync, and then reads directly (or, for the
@@ -42,7 +41,7 @@ import (
 const (
 	// accessRecheck is how long a refused list+watch is remembered.
 	accessRecheck = time.Minute
-	// accessReviewTimeout bounds one access review.
+	// accessReviewTimeout bounds one list of a kind's access check.
 	accessReviewTimeout = 5 * time.Second
 	// syncWait bounds how long a cached read waits for its kind's cache
 	// to sync, counted from the start of the watch.
@@ -58,8 +57,7 @@ var errNotWatched = errors.New("not in the cache of managed objects")
 // wide ("" namespace) or in a namespace, remembering refusals for
 // accessRecheck.
 type kindAccess struct {
-	client client.Client // the operator's own
-	mapper apimeta.RESTMapper
+	reader client.Reader // the operator's own, from the API server
 
 	mu     sync.Mutex
 	denied map[accessKey]time.Time // until when
@@ -70,9 +68,9 @@ type accessKey struct {
 	namespace string
 }
 
-// watchable reports whether the operator may list and watch the objects of
-// kind gvk in namespace ("" for all). An error is an access review that
-// could not be made: the caller reads directly this time.
+// watchable reports whether the operator may list the objects of kind gvk
+// in namespace ("" for all), as a list of one tells. An error is a list
+// that failed otherwise: the caller reads directly this time.
 func (a *kindAccess) watchable(ctx context.Context, gvk schema.GroupVersionKind, namespace string) (bool, error) {
 	key := accessKey{gvk: gvk, namespace: namespace}
 	a.mu.Lock()
@@ -81,28 +79,23 @@ func (a *kindAccess) watchable(ctx context.Context, gvk schema.GroupVersionKind,
 	if refused && time.Now().Before(until) {
 		return false, nil
 	}
-	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return false, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, accessReviewTimeout)
 	defer cancel()
-	for _, verb := range []string{"list", "watch"} {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: namespace, Verb: verb,
-				Group: mapping.Resource.Group, Version: mapping.Resource.Version, Resource: mapping.Resource.Resource,
-			},
-		}}
-		if err := a.client.Create(ctx, review); err != nil {
-			return false, fmt.Errorf("asking whether the operator may %s %s: %w", verb, mapping.Resource.Resource, err)
-		}
-		if !review.Status.Allowed {
-			a.deny(key)
-			return false, nil
-		}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	opts := []client.ListOption{client.Limit(1)}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
 	}
-	return true, nil
+	switch err := a.reader.List(ctx, list, opts...); {
+	case err == nil:
+		return true, nil
+	case apierrors.IsForbidden(err):
+		a.deny(key)
+		return false, nil
+	default:
+		return false, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+	}
 }
 
 // deny remembers that the operator may not list or watch key's objects.

@@ -95,7 +95,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		mapper:     mgr.GetRESTMapper(),
 		forSource:  r.forSource,
 		forOwner:   r.Options.ownerRequests,
-		access:     &kindAccess{client: mgr.GetClient(), mapper: mgr.GetRESTMapper(), denied: map[accessKey]time.Time{}},
+		access:     &kindAccess{reader: mgr.GetAPIReader(), denied: map[accessKey]time.Time{}},
 		log:        mgr.GetLogger().WithName("watches"),
 		started:    map[watchKey]bool{},
 		since:      map[watchKey]time.Time{},
