@@ -30,6 +30,11 @@ type Snapshot struct {
 	// Origin is the local directory the files were read from, if any;
 	// messages then name files by their local path.
 	Origin string
+	// Pending, when set, says that this is the last snapshot of its source
+	// served while a newer fetch goes on (a git server slower than the
+	// caller waits for), and is closed when that fetch ends: ask again
+	// then. Never serialized.
+	Pending <-chan struct{} `json:"-"`
 }
 
 // FileName names a file of the snapshot of source name in messages: its

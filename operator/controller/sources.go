@@ -24,15 +24,17 @@ import (
 )
 
 // GitProvider makes the git provider of one reconcile from the
-// credentials of its ManifestSync (see gitCredentials). NewGitProvider is
-// the one `engine operator` runs.
+// credentials of its ManifestSync (see gitCredentials). `engine operator`
+// runs the Provider of a GitCache.
 type GitProvider func(creds git.Credentials) source.GitFetcher
 
 // NewGitProvider fetches with go-git through one shared git.Fetcher, which
-// caches repositories under cacheDir, or in memory when it is empty (see
-// NewGitCache).
+// caches repositories under cacheDir, or in memory when it is empty, and
+// waits for each fetch to end (as the CLI and the benchmarks want; the
+// operator's GitCache waits GitWait at most).
 func NewGitProvider(cacheDir string) GitProvider {
-	return NewGitCache(git.Options{CacheDir: cacheDir}).Provider
+	c := &GitCache{Fetcher: git.New(git.Options{CacheDir: cacheDir})}
+	return c.Provider
 }
 
 // GitWait is how long a reconcile waits for a git server before it yields
@@ -96,18 +98,30 @@ func (c *GitCache) Sweeper(reader client.Reader, period time.Duration) manager.R
 	})
 }
 
-// wakeAfterFetch wakes ms when the git fetch err waits for ends, if err is
-// one (a server slower than GitWait): its reconcile yielded the worker.
-func (r *Reconciler) wakeAfterFetch(ms *v1alpha1.ManifestSync, err error) {
-	var pending *git.PendingError
-	if !errors.As(err, &pending) || r.remotes.wake == nil {
+// wakeAfterFetch wakes ms when the git fetches it did not wait for end: a
+// server slower than GitWait, whose fetch goes on in the background, gave
+// its reconcile a *git.PendingError or the source's last snapshot (with
+// Pending set); the reconcile yielded its worker.
+func (r *Reconciler) wakeAfterFetch(ms *v1alpha1.ManifestSync, snaps map[string]*engine.Snapshot, err error) {
+	if r.remotes == nil || r.remotes.wake == nil {
 		return
 	}
+	var pending []<-chan struct{}
+	if pe, ok := errors.AsType[*git.PendingError](err); ok {
+		pending = append(pending, pe.Done)
+	}
+	for _, snap := range snaps {
+		if snap.Pending != nil {
+			pending = append(pending, snap.Pending)
+		}
+	}
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
-	go func() {
-		<-pending.Done // closed by the fetch's own timeout at the latest
-		r.remotes.wake([]reconcile.Request{req})
-	}()
+	for _, done := range pending {
+		go func() {
+			<-done // closed by the fetch's own timeout at the latest
+			r.remotes.wake([]reconcile.Request{req})
+		}()
+	}
 }
 
 // fetchSources returns the snapshot of every git, object and object set
@@ -131,7 +145,7 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 		res.Git = r.Git(r.gitCredentials(ms))
 	}
 	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
-	r.wakeAfterFetch(ms, err)
+	r.wakeAfterFetch(ms, snaps, err)
 	return snaps, err
 }
 

@@ -54,8 +54,9 @@ type Options struct {
 	// (one per source and credentials: a Fetch of the same source joins
 	// it, and the next one gets its result), and Fetch returns the last
 	// snapshot it returned for the same source and credentials, or else a
-	// *PendingError, whose Done says when to ask again. So a server that
-	// does not answer holds no caller longer than Wait.
+	// *PendingError, whose Done says when to ask again (the snapshot's
+	// Pending says it too). So a server that does not answer holds no
+	// caller longer than Wait.
 	Wait time.Duration
 }
 
@@ -237,7 +238,9 @@ func (f *Fetcher) await(ctx context.Context, j *job) (*engine.Snapshot, error) {
 		last := f.served[j.key]
 		f.mu.Unlock()
 		if last != nil {
-			return cloneSnap(last), nil
+			stale := cloneSnap(last)
+			stale.Pending = fl.done
+			return stale, nil
 		}
 		return nil, &PendingError{Done: fl.done, wait: f.opts.Wait}
 	case <-ctx.Done():

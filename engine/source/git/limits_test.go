@@ -265,8 +265,14 @@ func TestPending(t *testing.T) {
 	hang.Store(true)
 	f.opts.Wait = 50 * time.Millisecond
 	snap := mustFetch(t, f, good, nil)
-	if snap.Revision != "HEAD@sha1:"+repo.hashes["c4"] {
-		t.Errorf("revision %s", snap.Revision)
+	if snap.Revision != "HEAD@sha1:"+repo.hashes["c4"] || snap.Pending == nil {
+		t.Errorf("revision %s, pending %v: want the last one, pending", snap.Revision, snap.Pending)
+	} else {
+		select {
+		case <-snap.Pending:
+		case <-time.After(time.Minute):
+			t.Error("Pending was not closed when the fetch ended")
+		}
 	}
 	// Other credentials are not served what these fetched.
 	_, err = f.Fetch(context.Background(), "app", good, &Auth{BearerToken: "other-token"})
