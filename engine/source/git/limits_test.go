@@ -204,6 +204,16 @@ func TestFileLimit(t *testing.T) {
 		t.Errorf("error %q, want %q", err, want)
 	}
 
+	// On disk too, and a cut pack leaves the cache usable.
+	dir := t.TempDir()
+	err = fetchErr(t, New(Options{Timeout: testTimeout, MaxFileBytes: 1024, CacheDir: dir}), src, nil)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "file deploy/big.yaml is 2000 bytes") {
+		t.Errorf("with a cache on disk: %v", err)
+	}
+	if snap := mustFetch(t, New(Options{Timeout: testTimeout, CacheDir: dir}), src, nil); len(snap.Files["deploy/big.yaml"]) != 2000 {
+		t.Errorf("after a cut pack, the cache on disk gave deploy/big.yaml of %d bytes", len(snap.Files["deploy/big.yaml"]))
+	}
+
 	f := New(Options{Timeout: testTimeout})
 	mustFetch(t, f, src, nil)
 	f.opts.MaxFileBytes = 1024
