@@ -169,8 +169,10 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	if err != nil {
 		return usageErr("%w", err)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
+	rules, err := kubeconfigRules("diff", f.kubeconfig)
+	if err != nil {
+		return err
+	}
 	kc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
 	cfg, err := kc.ClientConfig()
 	if err != nil {

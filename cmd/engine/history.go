@@ -36,8 +36,10 @@ func (f *clusterFlags) add(fl *pflag.FlagSet) {
 // client connects to the cluster and returns the key of the ManifestSync
 // called name there.
 func (f *clusterFlags) client(cmd, name string) (client.Client, client.ObjectKey, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
+	rules, err := kubeconfigRules(cmd, f.kubeconfig)
+	if err != nil {
+		return nil, client.ObjectKey{}, err
+	}
 	kc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context})
 	cfg, err := kc.ClientConfig()
 	if err != nil {

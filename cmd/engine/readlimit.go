@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/manifestsync/manifestsync/engine/source"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
@@ -69,4 +72,22 @@ func readUserFile(ctx context.Context, timeout time.Duration, name string) ([]by
 	return readWithin(ctx, timeout, name, func(context.Context) ([]byte, error) {
 		return source.ReadRegularFile(name)
 	})
+}
+
+// kubeconfigRules are client-go's rules for finding the kubeconfig
+// (explicit, else $KUBECONFIG, else ~/.kube/config), with every file they
+// name that exists checked to be a regular file first: client-go reads
+// them whole, and would block on a FIFO.
+func kubeconfigRules(cmd, explicit string) (*clientcmd.ClientConfigLoadingRules, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = explicit
+	for _, p := range append([]string{explicit}, rules.Precedence...) {
+		if p == "" {
+			continue
+		}
+		if info, err := os.Stat(p); err == nil && !info.Mode().IsRegular() {
+			return nil, usageErr("%s: kubeconfig: %w", cmd, &source.NotRegularError{Path: p, Mode: info.Mode()})
+		}
+	}
+	return rules, nil
 }

@@ -178,6 +178,12 @@ func TestSpecialFilesRefused(t *testing.T) {
 			[]string{"fmt", "app"}, "app/lib.star: not a regular file (named pipe)"},
 		{"fmt: fifo named on the command line", false, map[string]string{"app/lib.star": "fifo"},
 			[]string{"fmt", "app/lib.star"}, "app/lib.star: not a regular file (named pipe)"},
+		{"status: --kubeconfig of a fifo", false, map[string]string{"kc": "fifo"},
+			[]string{"status", "--kubeconfig", "kc"}, "status: kubeconfig: kc: not a regular file (named pipe)"},
+		{"history: $KUBECONFIG of a fifo", false, map[string]string{"kc": "fifo"},
+			[]string{"history", "web"}, "history: kubeconfig: kc: not a regular file (named pipe)"},
+		{"diff: --kubeconfig of a link to /dev/zero", false, map[string]string{"kc": "zero"},
+			[]string{"diff", "-f", "sync.yaml", "--kubeconfig", "kc"}, "diff: kubeconfig: kc: not a regular file (character device)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := specialTree(t, url, c.noCopy)
@@ -189,8 +195,11 @@ func TestSpecialFilesRefused(t *testing.T) {
 			for p, kind := range c.files {
 				special(t, filepath.Join(dir, filepath.FromSlash(p)), kind)
 			}
+			if c.args[0] == "history" {
+				t.Setenv("KUBECONFIG", "kc") // relative to the command's directory
+			}
 			args := c.args
-			if args[0] != "fmt" {
+			if args[0] != "fmt" && args[0] != "status" && args[0] != "history" {
 				args = append(args, "--timeout", "1m")
 			}
 			r := runEngineWithin(t, dir, nil, args...)
