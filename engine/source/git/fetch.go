@@ -126,7 +126,7 @@ type PendingError struct {
 }
 
 func (e *PendingError) Error() string {
-	return fmt.Sprintf("%s: no answer from the server within %s; retried when the fetch ends", ErrPending, e.wait)
+	return fmt.Sprintf("%s: not done within %s; retried when it ends", ErrPending, e.wait)
 }
 
 // Is makes errors.Is(err, ErrPending) hold.

@@ -243,7 +243,7 @@ func TestPending(t *testing.T) {
 	if d := time.Since(start); d >= 2*time.Second {
 		t.Errorf("Fetch took %v, the whole timeout", d)
 	}
-	if !strings.Contains(err.Error(), "fetch in progress: no answer from the server within 50ms") {
+	if !strings.Contains(err.Error(), "fetch in progress: not done within 50ms; retried when it ends") {
 		t.Errorf("error %q", err)
 	}
 	select {
