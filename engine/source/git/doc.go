@@ -53,11 +53,23 @@
 // snapshots share file contents with the cache: callers must not modify
 // the byte slices.
 //
-// Fetches of one URL take turns; different URLs proceed in parallel. A
-// fetch that outlives Options.Timeout is abandoned by Fetch and finishes
-// in the background, holding its URL until then. A cache found to miss
-// objects (a fetch cut short) is dropped and filled again. Objects are
-// never pruned, so a cache grows with what is fetched over its life.
+// Callers of one source (URL, ref and path) with the same credentials
+// share one fetch; fetches of one URL take turns; different URLs proceed
+// in parallel. Every step with the server has a deadline within
+// Options.Timeout (transport.go), and a fetch that outlives it is
+// abandoned by Fetch. With Options.Wait a caller waits that long at most:
+// the fetch goes on in the background and the caller gets the source's
+// last snapshot (Snapshot.Pending set) or a *PendingError. A cache found
+// to miss objects (a fetch cut short) is dropped and filled again.
+//
+// # Limits
+//
+// Every object a server sends is size-checked from its pack header before
+// go-git sees it (pack.go): one over Options.MaxFileBytes, or a fetch over
+// Options.MaxCacheBytes, fails the fetch, naming the file when the pack's
+// trees do. The cache holds at most Options.MaxCacheBytes in memory, least
+// recently used repositories dropped first, and Keep drops those no
+// caller names. Error pages of http servers are replaced by their status.
 //
 // # Safety
 //
