@@ -116,7 +116,9 @@ func (tc *tenantCluster) start(t *testing.T, opts Options) (stop func()) {
 		t.Fatal(err)
 	}
 	opts.APIServer = probe
-	opts.RetryMin, opts.RetryMax = 100*time.Millisecond, 2*time.Second
+	if opts.RetryMin == 0 {
+		opts.RetryMin, opts.RetryMax = 100*time.Millisecond, 2*time.Second
+	}
 	opts.Evaluator = evaluators
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reconciler{Options: opts}
@@ -506,7 +508,7 @@ func TestTenants(t *testing.T) {
 	// decides.
 	t.Run("default service account", func(t *testing.T) {
 		stop()
-		tc.start(t, Options{TrustedNamespaces: []string{operatorNamespace}, DefaultServiceAccount: "deployer"})
+		stop = tc.start(t, Options{TrustedNamespaces: []string{operatorNamespace}, DefaultServiceAccount: "deployer"})
 		ms := oneTarget(t, "team-b", "as-default", "d", "team-d", configMapObj("", "team-b-cfg", "1"))
 		tc.create(t, ms)
 		got := tc.wait(t, ms, v1alpha1.ReasonApplyFailed)
@@ -521,6 +523,29 @@ func TestTenants(t *testing.T) {
 		tc.wait(t, ms, v1alpha1.ReasonSynced)
 		if cm := tc.configMap(t, "team-d", "team-b-cfg"); cm == nil {
 			t.Error("ConfigMap team-d/team-b-cfg was not written as team-b's deployer")
+		}
+	})
+
+	// A refused ManifestSync is not retried for an hour here: what wakes
+	// it is the watch of the allow-from annotation, on the namespace an
+	// object names itself (its target names none).
+	t.Run("allow-from wakes the refused", func(t *testing.T) {
+		stop()
+		stop = tc.start(t, Options{TrustedNamespaces: []string{operatorNamespace}, RetryMin: time.Hour, RetryMax: time.Hour})
+		tc.namespace(t, "late", "")
+		ms := newSync("team-c", "late", v1alpha1.ManifestSyncSpec{
+			Transform: outputs(t, map[string][]map[string]any{"loose": {configMapObj("late", "late-cfg", "1")}}),
+			Targets:   []v1alpha1.Target{{Name: "loose"}},
+		})
+		tc.create(t, ms)
+		got := tc.wait(t, ms, v1alpha1.ReasonTargetNotAllowed)
+		refused(t, got, "loose", `ConfigMap late/late-cfg: namespace "late" does not allow writes from "team-c"`)
+		allowed := time.Now()
+		tc.allowFrom(t, "late", "team-b,team-c")
+		tc.wait(t, ms, v1alpha1.ReasonSynced)
+		t.Logf("synced %v after the annotation", time.Since(allowed).Round(time.Millisecond))
+		if cm := tc.configMap(t, "late", "late-cfg"); cm == nil || cm.Labels[OwnerLabel] != "team-c.late" {
+			t.Errorf("ConfigMap late/late-cfg = %v, want team-c/late's", cm)
 		}
 	})
 }
