@@ -1,11 +1,17 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // What a peer answers reaches client-go only when it is the API's own: a
@@ -55,5 +61,63 @@ func TestWithholdBody(t *testing.T) {
 				t.Errorf("code %d, want %d", resp.StatusCode, c.wantCode)
 			}
 		})
+	}
+}
+
+// countingTransport counts the requests that reach the network, and fails
+// them as a peer that never answers does.
+type countingTransport struct{ n atomic.Int32 }
+
+func (c *countingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return nil, context.DeadlineExceeded
+}
+
+// A cluster whose request got no answer is down: its next requests fail
+// at once, without reaching the network, saying "unreachable (retrying)";
+// one background probe finds it back and wakes the ManifestSyncs that use
+// it, and requests go through again. What a tenant whose cluster is a
+// blackhole costs the operator: one request's timeout, then a probe every
+// 1 s backing off to 30 s, and no worker.
+func TestUnreachableClusterFailsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var answers atomic.Bool
+	woken := make(chan struct{}, 1)
+	reach := &reachability{
+		timeout: time.Second, log: logr.Discard(), ctx: ctx,
+		probe: func(context.Context) error {
+			if answers.Load() {
+				return nil
+			}
+			return context.DeadlineExceeded
+		},
+		wake: func() { woken <- struct{}{} },
+	}
+	network := &countingTransport{}
+	rt := &remoteTransport{next: network, reach: reach, timeout: 10 * time.Second}
+	req := httptest.NewRequest(http.MethodGet, "https://peer/api", nil)
+	if _, err := rt.RoundTrip(req); err == nil {
+		t.Fatal("a request without an answer succeeded")
+	}
+	start := time.Now()
+	for range 100 {
+		_, err := rt.RoundTrip(req)
+		var down *unreachableError
+		if !errors.As(err, &down) || !strings.Contains(err.Error(), "unreachable (retrying): no answer within 10s") {
+			t.Fatalf("a request to the cluster down: %v", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second || network.n.Load() != 1 {
+		t.Errorf("100 requests to the cluster down took %v and %d reached the network; want at once, none", took, network.n.Load()-1)
+	}
+	answers.Store(true)
+	select {
+	case <-woken:
+	case <-time.After(timeout):
+		t.Fatal("the cluster answering again woke nothing")
+	}
+	if _, err := rt.RoundTrip(req); network.n.Load() != 2 {
+		t.Errorf("a request once the cluster answers: %v, %d reached the network", err, network.n.Load())
 	}
 }
