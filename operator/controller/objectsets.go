@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -256,12 +259,12 @@ func readSetKind(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceClust
 	where := setNamespaceOf(set, ns)
 	cached, err := sc.set(ctx, gvk, ns, set.Labels)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s in %s: watching: %w", gvk.Kind, where, err)
+		return nil, 0, fmt.Errorf("%s in %s: watching: %w", gvk.Kind, where, unnamed(ctx, set, ns, err))
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	if err := cached.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: set.Labels}); err != nil {
-		return nil, 0, fmt.Errorf("listing %s in %s: %w", gvk.Kind, where, err)
+		return nil, 0, fmt.Errorf("listing %s in %s: %w", gvk.Kind, where, unnamed(ctx, set, ns, err))
 	}
 	for i := range list.Items {
 		meta := &list.Items[i]
@@ -311,6 +314,30 @@ func setNamespaceOf(set *engine.ObjectSet, ns string) string {
 		return "a namespace its namespaceSelector selects"
 	}
 	return fmt.Sprintf("namespace %q", ns)
+}
+
+// unnamed is err of reading namespace ns for set, as its tenant may read
+// it: whole when the tenant named ns, else (a namespace its
+// namespaceSelector picked) with ns said as <namespace>; the operator's
+// log has it whole. An API server's refusal of the operator's own watch,
+// for one, names the namespace.
+func unnamed(ctx context.Context, set *engine.ObjectSet, ns string, err error) error {
+	if set.NamespaceSelector == nil {
+		return err
+	}
+	msg := err.Error()
+	hidden := namespaceWord(ns).ReplaceAllString(msg, "${1}<namespace>${2}")
+	if hidden == msg {
+		return err
+	}
+	log.FromContext(ctx).Error(err, "object set: reading a namespace its namespaceSelector selects", "namespace", ns)
+	return errors.New(hidden)
+}
+
+// namespaceWord matches the namespace ns as a word of a message: not
+// inside a longer name ("web" is not a word of "webhook").
+func namespaceWord(ns string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[^a-z0-9.-])` + regexp.QuoteMeta(ns) + `($|[^a-z0-9.-])`)
 }
 
 // notSharedError is the error of an object set that selects denied

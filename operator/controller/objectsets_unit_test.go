@@ -1,10 +1,16 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -41,5 +47,28 @@ func TestForgetSetBodies(t *testing.T) {
 		if _, ok := st.sources[ref(n)]; ok {
 			t.Errorf("body of %s kept after every set let it go", n)
 		}
+	}
+}
+
+// An error about a namespace a tenant's namespaceSelector picked (the
+// operator's watch refused there, say) does not name that namespace: the
+// tenant may not list namespaces. One the tenant named itself is said.
+func TestSetErrorsHideSelectedNamespaces(t *testing.T) {
+	ctx := context.Background()
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "",
+		errors.New(`User "system:serviceaccount:ops:operator" cannot list resource "secrets" in API group "" in the namespace "hidden"`))
+	bySelector := &engine.ObjectSet{NamespaceSelector: labels.Everything()}
+	got := unnamed(ctx, bySelector, "hidden", forbidden).Error()
+	if strings.Contains(got, `"hidden"`) || !strings.Contains(got, `in the namespace "<namespace>"`) || !strings.Contains(got, "forbidden") {
+		t.Errorf("selected namespace: %q", got)
+	}
+	// A longer word that holds the name is left alone; Kind ns/name is not.
+	got = unnamed(ctx, bySelector, "web", errors.New(`the webhook of Secret web/db failed in "web"`)).Error()
+	if got != `the webhook of Secret <namespace>/db failed in "<namespace>"` {
+		t.Errorf("words: %q", got)
+	}
+	named := &engine.ObjectSet{Namespace: "hidden"}
+	if err := unnamed(ctx, named, "hidden", forbidden); err != forbidden {
+		t.Errorf("a namespace the tenant named: %v, want the error as it was", err)
 	}
 }
