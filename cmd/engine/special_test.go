@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,6 +183,10 @@ func TestSpecialFilesRefused(t *testing.T) {
 			[]string{"status", "--kubeconfig", "kc"}, "status: kubeconfig: kc: not a regular file (named pipe)"},
 		{"history: $KUBECONFIG of a fifo", false, map[string]string{"kc": "fifo"},
 			[]string{"history", "web"}, "history: kubeconfig: kc: not a regular file (named pipe)"},
+		{"diff --base: fifo in the working tree", false, map[string]string{"more.yaml": "fifo"},
+			[]string{"diff", "--base", "HEAD", "."}, "more.yaml: not a regular file (named pipe)"},
+		{"diff --base: fifo named like a source", false, map[string]string{"app/values.yaml": "fifo"},
+			[]string{"diff", "--base", "HEAD", "sync.yaml"}, filepath.Join("app", "values.yaml") + ": not a regular file (named pipe)"},
 		{"diff: --kubeconfig of a link to /dev/zero", false, map[string]string{"kc": "zero"},
 			[]string{"diff", "-f", "sync.yaml", "--kubeconfig", "kc"}, "diff: kubeconfig: kc: not a regular file (character device)"},
 	} {
@@ -191,6 +196,11 @@ func TestSpecialFilesRefused(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, "app", "transform_test.star"), []byte("def test_ok():\n    pass\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if slices.Contains(c.args, "--base") {
+				gitRun(t, dir, "init", "-q")
+				gitRun(t, dir, "add", "-A")
+				gitRun(t, dir, "commit", "-q", "-m", "base")
 			}
 			for p, kind := range c.files {
 				special(t, filepath.Join(dir, filepath.FromSlash(p)), kind)
