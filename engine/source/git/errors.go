@@ -1,6 +1,7 @@
 package git
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -37,11 +38,28 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrRepoNotFound, err)
 	case errors.Is(err, transport.ErrEmptyRemoteRepository):
 		return fmt.Errorf("%w: the repository is empty", ErrRefNotFound)
+	case isTimeout(err):
+		return &timeoutError{err}
 	case isNetError(err):
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	return err
 }
+
+// isTimeout reports whether err is a deadline of a network step (a dial,
+// a TLS handshake, response headers, an ssh connection's deadline).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// timeoutError is a network step's deadline: it is context.DeadlineExceeded
+// too, as the fetch's own deadline is, so that both are told apart from
+// other failures alike.
+type timeoutError struct{ err error }
+
+func (e *timeoutError) Error() string   { return "timed out: " + e.err.Error() }
+func (e *timeoutError) Unwrap() []error { return []error{context.DeadlineExceeded, e.err} }
 
 func isNetError(err error) bool {
 	var opErr *net.OpError
