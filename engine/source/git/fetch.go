@@ -77,6 +77,7 @@ type Fetcher struct {
 	flights map[flightKey]*flight
 	served  map[flightKey]*engine.Snapshot
 	clients map[[32]byte]*http.Client
+	objects *cache.ObjectLRU // of the repositories under CacheDir
 }
 
 // cachedRepo is the local copy of one remote.
@@ -152,6 +153,7 @@ func New(opts Options) *Fetcher {
 		flights: map[flightKey]*flight{},
 		served:  map[flightKey]*engine.Snapshot{},
 		clients: map[[32]byte]*http.Client{},
+		objects: cache.NewObjectLRU(cache.FileSize(opts.MaxFileBytes)),
 	}
 }
 
@@ -377,8 +379,10 @@ func (f *Fetcher) open(key string) (*git.Repository, error) {
 		return git.Init(memory.NewStorage(), nil)
 	}
 	dir := f.cacheDir(key)
-	// The objects read last are kept in memory, up to a file's limit.
-	st := filesystem.NewStorage(osfs.New(dir), cache.NewObjectLRU(cache.FileSize(f.opts.MaxFileBytes)))
+	// The objects read last are kept in memory, in one cache of a file's
+	// limit for every repository (an object is the same object in every
+	// repository that holds it), not one each.
+	st := filesystem.NewStorage(osfs.New(dir), f.objects)
 	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		repo, err = git.Init(st, nil)
