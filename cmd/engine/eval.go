@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -439,19 +439,19 @@ func writeResult(stdout io.Writer, res *engine.Result, f *evalFlags) error {
 			continue
 		}
 		name := strings.ReplaceAll(targetDisplay(t), "/", "_")
-		out, err := os.Create(filepath.Join(f.outDir, name+"."+f.output))
+		var out bytes.Buffer
+		var err error
+		if f.output == "json" {
+			err = writeJSON(&out, res, []*engine.TargetResult{t})
+		} else {
+			err = writeYAML(&out, t, false)
+		}
 		if err != nil {
 			return err
 		}
-		if f.output == "json" {
-			err = writeJSON(out, res, []*engine.TargetResult{t})
-		} else {
-			err = writeYAML(out, t, false)
-		}
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		// Inside --out-dir only, and a regular file only: a checkout's
+		// link out of it, or FIFO in it, is refused.
+		if err := source.WriteFileIn(f.outDir, name+"."+f.output, out.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}

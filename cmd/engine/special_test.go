@@ -23,8 +23,9 @@ import (
 // reads the user's files: a FIFO named like a source beside sync.yaml (its
 // open blocks until a writer comes: eval and vet hung there, past
 // --timeout), a FIFO as sync.yaml, one inside a source directory, a link
-// to /dev/zero (endless), a unix socket. Each is refused at once, naming
-// it, and the command exits 2.
+// to /dev/zero (endless), a unix socket; and where eval writes, a FIFO or
+// a link out of --out-dir. Each is refused at once, naming it, and the
+// command exits 2.
 
 // specialSync is a ManifestSync whose transform reads source app, a git
 // source whose local copy beside it (app/ or app.yaml) eval reads.
@@ -179,6 +180,10 @@ func TestSpecialFilesRefused(t *testing.T) {
 			[]string{"fmt", "app"}, "app/lib.star: not a regular file (named pipe)"},
 		{"fmt: fifo named on the command line", false, map[string]string{"app/lib.star": "fifo"},
 			[]string{"fmt", "app/lib.star"}, "app/lib.star: not a regular file (named pipe)"},
+		{"eval --out-dir holding a fifo", false, map[string]string{"out/dev.yaml": "fifo"},
+			[]string{"eval", "-f", "sync.yaml", "--out-dir", "out"}, "out/dev.yaml: not a regular file (named pipe)"},
+		{"eval --out-dir holding a link to /dev/zero", false, map[string]string{"out/dev.yaml": "zero"},
+			[]string{"eval", "-f", "sync.yaml", "--out-dir", "out"}, "out/dev.yaml: symlink resolves outside out"},
 		{"status: --kubeconfig of a fifo", false, map[string]string{"kc": "fifo"},
 			[]string{"status", "--kubeconfig", "kc"}, "status: kubeconfig: kc: not a regular file (named pipe)"},
 		{"history: $KUBECONFIG of a fifo", false, map[string]string{"kc": "fifo"},

@@ -196,18 +196,18 @@ func writeGoldens(stdout io.Writer, tf startest.File, goldens []stdlib.Golden) e
 			return fmt.Errorf("golden file @%s//%s: not in the test's tree %s", g.Source, g.Path, tf.Root)
 		}
 		p := filepath.Join(tf.Root, filepath.FromSlash(g.Path))
-		old, err := source.ReadRegularFile(p)
-		var ne *source.NotRegularError
-		if errors.As(err, &ne) {
-			return err // writing would block on a FIFO as reading does
+		old, err := source.ReadFile(tf.Root, g.Path)
+		var (
+			ne *source.NotRegularError
+			se *source.SymlinkError
+		)
+		if errors.As(err, &ne) || errors.As(err, &se) {
+			return err // a FIFO, a device or a link out of the tree
 		}
 		if err == nil && bytes.Equal(old, g.Data) {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, g.Data, 0o644); err != nil {
+		if err := source.WriteFileIn(tf.Root, g.Path, g.Data, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "updated %s\n", p)

@@ -245,3 +245,46 @@ func readRegular(f *os.File, p string) ([]byte, error) {
 	}
 	return io.ReadAll(f)
 }
+
+// WriteFileIn writes data to name, a slash- or OS-separated path inside
+// dir, without leaving dir, making the directories it needs: a checkout
+// that holds a symbolic link out of dir where a file is written (an
+// --out-dir, a golden file) cannot make the CLI overwrite a file of the
+// machine (a *SymlinkError), and one that holds a FIFO there cannot make
+// the write block (the file is opened non-blocking: a FIFO nobody reads
+// fails at once) nor be written to a device (*NotRegularError).
+func WriteFileIn(dir, name string, data []byte, perm fs.FileMode) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	p := filepath.Join(dir, name)
+	if parent := filepath.Dir(name); parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return escapeError(dir, name, err)
+		}
+	}
+	if info, err := root.Stat(name); err == nil && !info.Mode().IsRegular() {
+		return &NotRegularError{Path: p, Mode: info.Mode()}
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		if info, serr := root.Stat(name); serr == nil && !info.Mode().IsRegular() {
+			return &NotRegularError{Path: p, Mode: info.Mode()} // a FIFO nobody reads
+		}
+		return escapeError(dir, name, err)
+	}
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		f.Close()
+		if err != nil {
+			return err
+		}
+		return &NotRegularError{Path: p, Mode: info.Mode()}
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

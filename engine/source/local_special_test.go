@@ -160,3 +160,53 @@ func TestDirRefusesSpecialFiles(t *testing.T) {
 		t.Errorf("a hidden FIFO: %v", err)
 	}
 }
+
+// Where the CLI writes into a tree a checkout may hold (--out-dir, golden
+// files), a link out of it cannot make it overwrite a file of the machine,
+// and a FIFO or device cannot make the write block or go to the device.
+func TestWriteFileInRefusesSpecialFiles(t *testing.T) {
+	outside := t.TempDir()
+	write(t, outside, "bashrc", "precious")
+	root := t.TempDir()
+	mkfifo(t, filepath.Join(root, "fifo.yaml"))
+	for name, target := range map[string]string{
+		"out.yaml":      filepath.Join(outside, "bashrc"),
+		"dangling.yaml": filepath.Join(outside, "new"),
+		"null.yaml":     "/dev/null",
+	} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, kind := range map[string]string{
+		"fifo.yaml":     "not a regular file (named pipe)",
+		"out.yaml":      "symlink resolves outside",
+		"dangling.yaml": "symlink resolves outside",
+		"null.yaml":     "symlink resolves outside",
+	} {
+		refused(t, "WriteFileIn "+name, func() error { return WriteFileIn(root, name, []byte("x: 1\n"), 0o644) }, filepath.Join(root, name), kind)
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "bashrc")); err != nil || string(b) != "precious" {
+		t.Errorf("the file outside: %q %v, want it untouched", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "new")); err == nil {
+		t.Error("a dangling link made a file outside the tree")
+	}
+
+	// A new file, in new directories, and a link inside the tree.
+	if err := WriteFileIn(root, "a/b/new.yaml", []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(t, root, "real.yaml", "old")
+	if err := os.Symlink("real.yaml", filepath.Join(root, "in.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileIn(root, "in.yaml", []byte("via link"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a/b/new.yaml": "new", "real.yaml": "via link"} {
+		if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
+			t.Errorf("%s: %q %v, want %q", name, b, err, want)
+		}
+	}
+}
