@@ -29,31 +29,8 @@ import (
 // progress", then the timeout); nobody else's is slowed.
 func TestGitBystanderIsolation(t *testing.T) {
 	env.Need(t)
-	ctx := context.Background()
 	const fetchTimeout = 20 * time.Second
-	cache := NewGitCache(git.Options{Timeout: fetchTimeout})
-	// An operator of its own on the second API server, where no other
-	// operator runs, with the real git provider.
-	mctx, cancel := context.WithCancel(ctx)
-	mgr, r, err := newOperator(mctx, &testenv.Env{Config: remoteEnv.Config, Scheme: remoteEnv.Scheme})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	r.Git = cache.Provider
-	if err := mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second)); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the operator stopped with: %v", err)
-		}
-	})
-	admin := remoteEnv.Client
+	cache := gitOperator(t, git.Options{Timeout: fetchTimeout})
 	ns := remoteEnv.Namespace(t, nil)
 
 	content := t.TempDir()
@@ -67,13 +44,7 @@ func TestGitBystanderIsolation(t *testing.T) {
 	var all []*v1alpha1.ManifestSync
 	create := func(name, url string) *v1alpha1.ManifestSync {
 		t.Helper()
-		ms := newSync(ns, name, v1alpha1.ManifestSyncSpec{
-			Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: url}}},
-			Targets: targets(ns),
-		})
-		if err := admin.Create(ctx, ms); err != nil {
-			t.Fatal(err)
-		}
+		ms := createGitSync(t, ns, name, url)
 		all = append(all, ms)
 		return ms
 	}
@@ -104,8 +75,57 @@ func TestGitBystanderIsolation(t *testing.T) {
 	}
 
 	// Deleted, their repositories leave the cache at the next sweep.
+	deleteAndSweep(t, cache, all)
+}
+
+// gitOperator runs, until the test ends, an operator of its own on the
+// second API server (where no other operator runs) with the real git
+// provider: a GitCache of opts, swept every second. It returns the cache.
+func gitOperator(t *testing.T, opts git.Options) *GitCache {
+	t.Helper()
+	cache := NewGitCache(opts)
+	mctx, cancel := context.WithCancel(context.Background())
+	mgr, r, err := newOperator(mctx, &testenv.Env{Config: remoteEnv.Config, Scheme: remoteEnv.Scheme})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r.Git = cache.Provider
+	if err := mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second)); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the operator stopped with: %v", err)
+		}
+	})
+	return cache
+}
+
+// createGitSync creates, on the second API server, a ManifestSync of ns
+// whose one source is the git repository at url.
+func createGitSync(t *testing.T, ns, name, url string) *v1alpha1.ManifestSync {
+	t.Helper()
+	ms := newSync(ns, name, v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: url}}},
+		Targets: targets(ns),
+	})
+	if err := remoteEnv.Client.Create(context.Background(), ms); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// deleteAndSweep deletes every ManifestSync of all and checks that their
+// repositories leave the cache within a minute.
+func deleteAndSweep(t *testing.T, cache *GitCache, all []*v1alpha1.ManifestSync) {
+	t.Helper()
 	for _, ms := range all {
-		if err := admin.Delete(ctx, ms); err != nil {
+		if err := remoteEnv.Client.Delete(context.Background(), ms); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,7 +133,7 @@ func TestGitBystanderIsolation(t *testing.T) {
 	for {
 		bytes, repos := cache.Fetcher.CacheBytes()
 		if repos == 0 && bytes == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a minute after the ManifestSyncs were deleted the cache holds %d bytes in %d repositories", bytes, repos)

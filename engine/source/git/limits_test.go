@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/zlib"
 	"context"
-	"crypto/sha1"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,9 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,122 +20,6 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
-
-// bigBlobSize is what the blob of the big-blob server holds: 500 MB of
-// zeros, about 500 kB on the wire.
-const bigBlobSize = 500_000_000
-
-// bigBlob is the deflated content of the big blob and its object hash,
-// made once (a second or two of CPU, nothing on disk).
-var bigBlob = sync.OnceValues(func() ([]byte, [20]byte) {
-	var z bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&z, zlib.BestSpeed)
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", bigBlobSize)
-	zeros := make([]byte, 1<<20)
-	w := io.MultiWriter(zw, h)
-	for range bigBlobSize / len(zeros) {
-		_, _ = w.Write(zeros)
-	}
-	zw.Close()
-	var sum [20]byte
-	copy(sum[:], h.Sum(nil))
-	return z.Bytes(), sum
-})
-
-// startBigBlobServer serves, over smart http, at every path, a repository whose only
-// commit holds big.yaml, a blob of bigBlobSize bytes, in the pack git
-// would send: commit, tree, blob. It counts the bytes of packs it sent.
-func startBigBlobServer(t *testing.T) (url string, sent *atomic.Int64) {
-	t.Helper()
-	blobZ, blobHash := bigBlob()
-	tree := append([]byte("100644 big.yaml\x00"), blobHash[:]...)
-	treeHash := objectHash("tree", tree)
-	commit := []byte(fmt.Sprintf("tree %x\nauthor A <a@example.com> 0 +0000\ncommitter A <a@example.com> 0 +0000\n\nbig\n", treeHash))
-	commitHash := fmt.Sprintf("%x", objectHash("commit", commit))
-	sent = &atomic.Int64{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/info/refs"):
-			w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
-			io.WriteString(w, pkt("# service=git-upload-pack\n")+"0000"+
-				pkt(commitHash+" HEAD\x00shallow no-progress ofs-delta symref=HEAD:refs/heads/main agent=git/test\n")+
-				pkt(commitHash+" refs/heads/main\n")+"0000")
-		case strings.HasSuffix(r.URL.Path, "/git-upload-pack"):
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
-			io.WriteString(w, pkt("shallow "+commitHash+"\n")+"0000"+pkt("NAK\n"))
-			h := sha1.New()
-			out := io.MultiWriter(h, &countingWriter{w, sent})
-			hdr := []byte("PACK")
-			hdr = binary.BigEndian.AppendUint32(hdr, 2)
-			hdr = binary.BigEndian.AppendUint32(hdr, 3)
-			out.Write(hdr)
-			writePackObject(out, 1, commit)
-			writePackObject(out, 2, tree)
-			out.Write(packObjectHeader(3, bigBlobSize))
-			for rest := blobZ; len(rest) > 0; rest = rest[min(len(rest), 32<<10):] {
-				if _, err := out.Write(rest[:min(len(rest), 32<<10)]); err != nil {
-					return // the client hung up
-				}
-			}
-			w.Write(h.Sum(nil))
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, sent
-}
-
-func pkt(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
-
-func objectHash(kind string, content []byte) [20]byte {
-	return sha1.Sum(append([]byte(fmt.Sprintf("%s %d\x00", kind, len(content))), content...))
-}
-
-// packObjectHeader is the header of an object of a pack: its type and
-// inflated size.
-func packObjectHeader(typ byte, size int64) []byte {
-	b := []byte{typ<<4 | byte(size&0x0f)}
-	size >>= 4
-	for size > 0 {
-		b[len(b)-1] |= 0x80
-		b = append(b, byte(size&0x7f))
-		size >>= 7
-	}
-	return b
-}
-
-func writePackObject(w io.Writer, typ byte, content []byte) {
-	w.Write(packObjectHeader(typ, int64(len(content))))
-	zw := zlib.NewWriter(w)
-	zw.Write(content)
-	zw.Close()
-}
-
-// heapPeak samples the bytes of live heap objects until stop is called,
-// which returns the highest sample.
-func heapPeak() (stop func() uint64) {
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	var peak uint64
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			metrics.Read(sample)
-			peak = max(peak, sample[0].Value.Uint64())
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() uint64 { close(done); <-finished; return peak }
-}
 
 // gitHeapBudget is how much the heap may grow while four 500 MB blobs are
 // refused at once: what go-git and the check buffer (measured: 4-5 MiB),
@@ -151,12 +32,12 @@ const gitHeapBudget = 32 << 20
 // of it, and the heap grows by far less than one blob. Not in parallel:
 // the heap is the process's.
 func TestBigBlob(t *testing.T) {
-	url, sent := startBigBlobServer(t)
+	url, sent := gittest.BigBlobServer(t)
 	f := New(Options{Timeout: time.Minute})
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	stop := heapPeak()
+	stop := gittest.HeapPeak()
 	errs := make(chan error, 4)
 	for i := range cap(errs) {
 		go func() {
@@ -169,7 +50,7 @@ func TestBigBlob(t *testing.T) {
 		err := <-errs
 		// Over a fetch's worth of bytes, the blob is not even hashed
 		// to name it.
-		want := fmt.Sprintf("limit exceeded: the server sent a file (blob) of %d bytes, over the limit of %d bytes a file", bigBlobSize, defaultMaxFileBytes)
+		want := fmt.Sprintf("limit exceeded: the server sent a file (blob) of %d bytes, over the limit of %d bytes a file", gittest.BigBlobSize, defaultMaxFileBytes)
 		if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want %q", err, want)
 		}
@@ -364,12 +245,12 @@ func TestDeltaTarget(t *testing.T) {
 	pack.Write(binary.BigEndian.AppendUint32(nil, 2))
 	pack.Write(binary.BigEndian.AppendUint32(nil, 2))
 	base := int64(pack.Len())
-	writePackObject(&pack, 3, []byte("base\n"))
+	gittest.WritePackObject(&pack, 3, []byte("base\n"))
 	// A delta on the base (offset from its start, one byte) that makes
 	// 500 MB: source size 5, target size 500,000,000, then one insert.
 	deltaAt := int64(pack.Len())
 	data := []byte{5}
-	for v := int64(bigBlobSize); ; v >>= 7 {
+	for v := int64(gittest.BigBlobSize); ; v >>= 7 {
 		if v < 0x80 {
 			data = append(data, byte(v))
 			break
@@ -377,7 +258,7 @@ func TestDeltaTarget(t *testing.T) {
 		data = append(data, byte(v&0x7f)|0x80)
 	}
 	data = append(data, 1, 'x')
-	pack.Write(packObjectHeader(6, int64(len(data))))
+	pack.Write(gittest.PackObjectHeader(6, int64(len(data))))
 	pack.WriteByte(byte(deltaAt - base))
 	zw := zlib.NewWriter(&pack)
 	zw.Write(data)
@@ -386,7 +267,7 @@ func TestDeltaTarget(t *testing.T) {
 
 	g := guardPack(bytes.NewReader(pack.Bytes()), 1<<20, 1<<30)
 	handed, err := io.ReadAll(g)
-	want := fmt.Sprintf("the server sent an object of %d bytes, over the limit of 1048576 bytes a file", bigBlobSize)
+	want := fmt.Sprintf("the server sent an object of %d bytes, over the limit of 1048576 bytes a file", gittest.BigBlobSize)
 	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v, want %q", err, want)
 	}
