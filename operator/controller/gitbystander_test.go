@@ -95,14 +95,11 @@ func gitOperator(t *testing.T, opts git.Options) *GitCache {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the operator stopped with: %v", err)
-		}
-	})
+	stop, err := testenv.StartManager(mctx, cancel, mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 	return cache
 }
 
