@@ -290,7 +290,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if f.webhookAddr != "" && f.webhookAddr != "0" {
-		secrets, err := webhook.NewSecretCache(mgr)
+		secrets, err := webhook.NewSecretCache(mgr, apiServer.NewInformer)
 		if err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -50,8 +52,11 @@ type cachedToken struct {
 }
 
 // NewSecretCache makes a SecretCache of mgr's cluster, whose watch the
-// manager starts (and syncs before the receiver serves).
-func NewSecretCache(mgr manager.Manager) (*SecretCache, error) {
+// manager starts (and syncs before the receiver serves). newInformer,
+// when not nil, makes its informer, as the operator's other caches'
+// (controller.APIServerProbe's, which resumes watches within a second of
+// an API server outage rather than after client-go's backoff).
+func NewSecretCache(mgr manager.Manager, newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer) (*SecretCache, error) {
 	secretMeta := &metav1.PartialObjectMetadata{}
 	secretMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
@@ -59,6 +64,7 @@ func NewSecretCache(mgr manager.Manager) (*SecretCache, error) {
 		Scheme:           mgr.GetScheme(),
 		Mapper:           mgr.GetRESTMapper(),
 		DefaultTransform: keepIdentity,
+		NewInformer:      newInformer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("the webhook's cache of Secret metadata: %w", err)
