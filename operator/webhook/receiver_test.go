@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -265,7 +266,9 @@ func TestReceiverLimitsCalls(t *testing.T) {
 		t.Errorf("refusing took %v: it waited", took)
 	}
 
-	// A source's burst, then 429.
+	// A source's burst, then 429, counted in the metric (refusals are
+	// not logged by default).
+	refused := testutil.ToFloat64(requestsTotal.WithLabelValues("429"))
 	rc2, _, _ := newTestReceiver(t)
 	rc2.PerSource = SourceLimits{Rate: 0.001, Burst: 3}
 	var codes []int
@@ -274,6 +277,9 @@ func TestReceiverLimitsCalls(t *testing.T) {
 	}
 	if want := []int{404, 404, 404, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Errorf("five calls from one source with a burst of 3: %v, want %v", codes, want)
+	}
+	if got := testutil.ToFloat64(requestsTotal.WithLabelValues("429")) - refused; got != 2 {
+		t.Errorf("manifestsync_webhook_requests_total{code=\"429\"} grew by %v, want 2", got)
 	}
 	if w := call(rc2, "/hooks/team/nope", newBody(10), 10, nil, "192.0.2.31:4000"); w.Code != http.StatusNotFound {
 		t.Errorf("another source: status %d, want 404", w.Code)

@@ -147,9 +147,12 @@ func orDefault[T int | int64 | float64](v, def T) T {
 	return v
 }
 
-// ServeHTTP handles POST /hooks/<namespace>/<name>.
-func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+// ServeHTTP handles POST /hooks/<namespace>/<name>, counting its answer
+// in manifestsync_webhook_requests_total.
+func (rc *Receiver) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	rc.init()
+	w := &statusWriter{ResponseWriter: rw}
+	defer w.count()
 	key, ok := parsePath(req.URL.Path)
 	if !ok {
 		http.NotFound(w, req)
@@ -202,7 +205,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "the webhook secret is not available", http.StatusInternalServerError)
 		return
 	}
-	prefix, err := verifyStream(req.Header, http.MaxBytesReader(w, req.Body, maxBody), token)
+	prefix, err := verifyStream(req.Header, http.MaxBytesReader(rw, req.Body, maxBody), token)
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			http.Error(w, fmt.Sprintf("payload over %d bytes", maxBody), http.StatusRequestEntityTooLarge)
