@@ -341,10 +341,15 @@ func TestTenants(t *testing.T) {
 	// RBAC: a Role and RoleBinding in kube-system that would let the
 	// tenant read its Secrets are refused; in a namespace that allows
 	// the tenant, a Role or binding may grant only writes (not get, not
-	// the view ClusterRole); in its own namespace the API server decides
-	// against the operator's rights, which hold no bind or escalate.
+	// the view ClusterRole, not create on pods/exec); in its own
+	// namespace the API server decides against the operator's rights,
+	// which hold no bind or escalate.
 	t.Run("RBAC", func(t *testing.T) {
 		readSecrets := []map[string]any{roleObj("read-secrets", "get", "list"), bindingObj("read-secrets", "Role", "read-secrets")}
+		// A write that is not one: create on pods/exec runs commands in
+		// shared's Pods, reading what they hold.
+		execRole := map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": map[string]any{"name": "exec"},
+			"rules": []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"pods/exec"}, "verbs": []any{"create"}}}}
 		tc.create(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "reader"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}})
 		ms := newSync("team-a", "rbac", v1alpha1.ManifestSyncSpec{
@@ -355,11 +360,12 @@ func TestTenants(t *testing.T) {
 				"existing":    {bindingObj("use-reader", "Role", "reader")},
 				"writes":      {roleObj("write-configmaps", "create", "update"), bindingObj("write-configmaps", "Role", "write-configmaps")},
 				"own":         {bindingObj("admin", "ClusterRole", "cluster-admin")},
+				"exec":        {execRole, bindingObj("exec", "Role", "exec")},
 			}),
 			Targets: []v1alpha1.Target{
 				{Name: "kube-system", Namespace: "kube-system"}, {Name: "shared", Namespace: "shared"},
 				{Name: "view", Namespace: "shared"}, {Name: "existing", Namespace: "shared"}, {Name: "writes", Namespace: "shared"},
-				{Name: "own", Namespace: "team-a"},
+				{Name: "own", Namespace: "team-a"}, {Name: "exec", Namespace: "shared"},
 			},
 		})
 		tc.create(t, ms)
@@ -370,6 +376,8 @@ func TestTenants(t *testing.T) {
 			`RoleBinding shared/read-secrets: grants "get"`)
 		refused(t, got, "view", `RoleBinding shared/view: binds ClusterRole "view", which the operator may not read: what it would grant cannot be checked`)
 		refused(t, got, "existing", `RoleBinding shared/use-reader: grants "get"`)
+		refused(t, got, "exec", `Role shared/exec: grants "create" on "pods/exec" in namespace "shared", which lets its holder run commands in Pods`,
+			"spec.serviceAccountName", "--trusted-namespaces", `RoleBinding shared/exec: grants "create" on "pods/exec"`)
 		synced(t, got, "writes")
 		if r := row(got, "own"); r.State != v1alpha1.TargetFailed || !strings.Contains(r.Message, "attempting to grant RBAC permissions not currently held") ||
 			strings.Contains(r.Message, v1alpha1.ReasonTargetNotAllowed) {
@@ -382,6 +390,8 @@ func TestTenants(t *testing.T) {
 		tc.absent(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "view"}})
 		tc.absent(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "use-reader"}})
 		tc.absent(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "admin"}})
+		tc.absent(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "exec"}})
+		tc.absent(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "exec"}})
 	})
 
 	// Cluster-scoped objects are refused, whatever they are.

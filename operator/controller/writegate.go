@@ -32,8 +32,10 @@ import (
 //   - objects of its own namespace;
 //   - objects of a namespace whose AllowFromAnnotation lists its
 //     namespace (or "*"), set by that namespace's owner; there a Role or
-//     RoleBinding may grant only writes (writeVerbs), no reads: the
-//     ManifestSync may not read there itself;
+//     RoleBinding may grant only writes (writeVerbs), no reads (the
+//     ManifestSync may not read there itself), and no write that is a
+//     read or acting as someone in disguise (create on pods/exec or
+//     serviceaccounts/token, a wildcard resource: subresourceRefusal);
 //   - no cluster-scoped object;
 //   - no object owned by a ManifestSync of a namespace it may not write.
 //
@@ -227,14 +229,94 @@ func (g *writeGate) objectRefusal(ctx context.Context, obj *unstructured.Unstruc
 		return "", nil
 	}
 	for _, rule := range rules {
-		for _, verb := range rule.Verbs {
-			if !slices.Contains(writeVerbs, verb) {
-				return fmt.Sprintf("grants %q in namespace %q, where ManifestSyncs of %q may only write (%s); grant it with a service account (spec.serviceAccountName) or from a trusted namespace",
-					verb, obj.GetNamespace(), g.from, strings.Join(writeVerbs, ", ")), nil
-			}
+		if why := g.ruleRefusal(rule, obj.GetNamespace()); why != "" {
+			return why, nil
 		}
 	}
 	return "", nil
+}
+
+// grantAllowedBy says what would allow a grant the gate refuses.
+const grantAllowedBy = "grant it with a service account (spec.serviceAccountName) or from a trusted namespace (--trusted-namespaces)"
+
+// ruleRefusal is why a rule of a Role or RoleBinding in namespace, another
+// than the ManifestSync's, may not be written; "" when it may. A rule may
+// grant only writes (writeVerbs), and not the writes that are reads or
+// acting as someone in disguise (subresourceRefusal); nor non-resource
+// URLs.
+func (g *writeGate) ruleRefusal(rule rbacv1.PolicyRule, namespace string) string {
+	for _, verb := range rule.Verbs {
+		if !slices.Contains(writeVerbs, verb) {
+			return fmt.Sprintf("grants %q in namespace %q, where ManifestSyncs of %q may only write (%s); %s",
+				verb, namespace, g.from, strings.Join(writeVerbs, ", "), grantAllowedBy)
+		}
+	}
+	if len(rule.Verbs) == 0 {
+		return ""
+	}
+	verb := rule.Verbs[0]
+	if len(rule.NonResourceURLs) > 0 {
+		return fmt.Sprintf("grants %q on non-resource URLs (%s), which the gate does not check; %s",
+			verb, strings.Join(rule.NonResourceURLs, ", "), grantAllowedBy)
+	}
+	for _, res := range rule.Resources {
+		if what := subresourceRefusal(res); what != "" {
+			return fmt.Sprintf("grants %q on %q%s in namespace %q, which %s: more than ManifestSyncs of %q may do there; %s",
+				verb, res, ofGroups(rule.APIGroups), namespace, what, g.from, grantAllowedBy)
+		}
+	}
+	return ""
+}
+
+// ofGroups words the API groups of a rule after its resource: nothing for
+// the core group alone.
+func ofGroups(groups []string) string {
+	if len(groups) == 0 || slices.Equal(groups, []string{""}) {
+		return ""
+	}
+	quoted := make([]string, len(groups))
+	for i, g := range groups {
+		quoted[i] = fmt.Sprintf("%q", g)
+	}
+	return " of API groups " + strings.Join(quoted, ", ")
+}
+
+// safeSubresources are the subresources a write of which is a write: of
+// what the object says of itself, its size, its finalizers, an eviction
+// or a resize of its Pods.
+var safeSubresources = []string{"status", "scale", "finalizers", "eviction", "resize"}
+
+// subresourceRefusal says what a write grant on resource res (as a rule
+// names it) would let its holder do beyond writing; "" for a plain write.
+// A create on pods/exec runs commands in another team's Pods (reading
+// what they hold, acting as their service accounts); on
+// serviceaccounts/token it mints a token of any account of the namespace.
+// RBAC's wildcards include them: a resource "*" matches every resource
+// and subresource of the rule's groups (an apiGroup "*" is every group,
+// so "*" there holds pods/exec); a "*/name" matches that subresource of
+// every resource. A subresource the gate does not know (an aggregated
+// API's console, say) is refused too: it cannot tell what it does.
+func subresourceRefusal(res string) string {
+	_, sub, isSub := strings.Cut(res, "/")
+	switch {
+	case res == "*":
+		return "matches every resource and subresource, pods/exec and serviceaccounts/token among them"
+	case sub == "*":
+		return "matches every subresource, exec and token among them"
+	case !isSub:
+		return ""
+	case sub == "exec" || sub == "attach":
+		return "lets its holder run commands in Pods, reading what they hold and acting as their service accounts"
+	case sub == "portforward" || sub == "proxy":
+		return "lets its holder reach what Pods, Services or Nodes serve, reading it"
+	case sub == "token":
+		return "lets its holder mint a token of any service account, acting as it"
+	case sub == "ephemeralcontainers":
+		return "lets its holder run a container in a running Pod, with its service account and volumes"
+	case slices.Contains(safeSubresources, sub):
+		return ""
+	}
+	return "is a subresource whose writes the gate cannot tell from reads or acting as someone"
 }
 
 // boundRules are the rules a RoleBinding grants: those of its role, from
