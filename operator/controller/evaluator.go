@@ -24,24 +24,31 @@ func (inProcess) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Opt
 }
 
 // evaluatorFor is where spec is evaluated: Options.Evaluator when spec
-// runs code of the user's, else (and when there is no Evaluator) in
-// process. An evaluation without user code only reads the inputs, applies
-// the targets' static patches and checks the builtin schemas: the
-// engine's own code over objects the operator holds already, which needs
-// no sandbox, so a worker process is started only for a ManifestSync that
-// needs one.
+// needs a worker (needsWorker), else (and when there is no Evaluator) in
+// process. An evaluation that needs none only reads objects the operator
+// holds already (object sources), applies the targets' static patches
+// and checks the builtin schemas: the engine's own code over inputs
+// already in memory, which needs no sandbox, so a worker process is
+// started only for a ManifestSync that needs one.
 func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
-	if o.Evaluator == nil || !runsUserCode(spec) {
+	if o.Evaluator == nil || !needsWorker(spec) {
 		return inProcess{}
 	}
 	return o.Evaluator
 }
 
-// runsUserCode reports whether evaluating spec runs a program the user
-// wrote: a transform (Starlark or CUE), CUE schemas or policies read from
-// a source, or a kustomize build (whose plugins and generators are
-// programs of a kind too).
-func runsUserCode(spec *v1alpha1.ManifestSyncSpec) bool {
+// needsWorker reports whether evaluating spec must run under the
+// worker's memory limit: it runs a program the user wrote (a transform,
+// Starlark or CUE; CUE schemas or policies read from a source; a
+// kustomize build, whose plugins and generators are programs of a kind
+// too), or it parses files of a git source. Parsing is bounded by no byte
+// limit: YAML takes 12 times its size in memory for ordinary manifests
+// and 100 times for dense flow maps (an 8 MiB file, the largest a git
+// source may hold, 819 MiB), so a file that passes through (no transform,
+// no kustomize) is parsed in a worker too. That costs nothing in the
+// steady state: a reconcile that finds the same spec, revisions and
+// namespaces reuses the last evaluation (Reconciler.evaluate).
+func needsWorker(spec *v1alpha1.ManifestSyncSpec) bool {
 	if spec.Transform != nil {
 		return true
 	}
@@ -51,7 +58,7 @@ func runsUserCode(spec *v1alpha1.ManifestSyncSpec) bool {
 		}
 	}
 	for _, s := range spec.Sources {
-		if s.Kustomize != nil {
+		if s.Kustomize != nil || s.Git != nil {
 			return true
 		}
 	}

@@ -5,15 +5,21 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -161,10 +167,16 @@ func (c *countingEvaluator) count() int {
 	return c.calls
 }
 
-// A ManifestSync that runs no code of the user's is evaluated in the
-// operator's process, and starts no worker (the pool starts its workers
-// with its first evaluation); one with a Starlark transform is evaluated
-// in a worker. Both give the same objects.
+// A ManifestSync whose inputs are all objects the operator holds, and
+// that runs no code of the user's, is evaluated in the operator's
+// process, and starts no worker (the pool starts its workers with its
+// first evaluation); one with a Starlark transform is evaluated in a
+// worker, and so is one whose git files merely pass through, since
+// parsing them may take 100 times their size. The first two give the same
+// objects, the third the objects of its file.
+//
+// What a hostile tenant gets: its git file of dense YAML is parsed under
+// the worker's memory limit, never in the operator's heap.
 func TestEvaluatorRouting(t *testing.T) {
 	pool, err := worker.New(worker.Options{Workers: 1, Command: []string{os.Args[0]}, Env: []string{evalWorkerEnv + "=1"}})
 	if err != nil {
@@ -178,7 +190,12 @@ func TestEvaluatorRouting(t *testing.T) {
 		"metadata": map[string]any{"name": "tls", "namespace": "home", "resourceVersion": "7"},
 		"data":     map[string]any{"tls.crt": "Y3J0"},
 	}
-	snaps := map[string]*engine.Snapshot{"tls": source.ObjectSnapshot(secret)}
+	snaps := map[string]*engine.Snapshot{
+		"tls": source.ObjectSnapshot(secret),
+		"repo": {Revision: "main@sha1:0123456789abcdef0123456789abcdef01234567", Files: map[string][]byte{
+			"cm.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-git}\ndata: {k: v}\n"),
+		}},
+	}
 	plain := v1alpha1.ManifestSyncSpec{
 		Sources: []v1alpha1.Source{{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}}},
 		Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}},
@@ -186,16 +203,19 @@ func TestEvaluatorRouting(t *testing.T) {
 	}
 	scripted := *plain.DeepCopy()
 	scripted.Transform = inline("def main(ctx):\n    return ctx.inputs\n")
+	fromGit := *plain.DeepCopy()
+	fromGit.Sources = []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "https://git.example/repo.git"}}}
 
 	ctx := context.Background()
-	var digests [][]string
+	var objects [][]string
 	for i, c := range []struct {
 		name  string
 		spec  v1alpha1.ManifestSyncSpec
 		calls int // of the pool, after this evaluation
 	}{
-		{"no transform", plain, 0},
+		{"an object source, no transform", plain, 0},
 		{"starlark transform", scripted, 1},
+		{"git files passing through", fromGit, 2},
 	} {
 		ms := newSync("home", fmt.Sprintf("routing-%d", i), c.spec)
 		res, err := r.evaluate(ctx, ms, snaps, &syncState{})
@@ -208,18 +228,26 @@ func TestEvaluatorRouting(t *testing.T) {
 		if got := workers.count(); got != c.calls {
 			t.Errorf("%s: %d evaluations in workers, want %d", c.name, got, c.calls)
 		}
-		var d []string
+		var o []string
 		for _, tr := range res.Targets {
-			d = append(d, tr.Digest)
+			o = append(o, tr.Digest)
+			for _, obj := range tr.Objects {
+				o = append(o, obj.GetKind()+"/"+obj.GetName())
+			}
 		}
-		digests = append(digests, d)
+		objects = append(objects, o)
 	}
-	if !slices.Equal(digests[0], digests[1]) {
-		t.Errorf("in process %v, in a worker %v", digests[0], digests[1])
+	if !slices.Equal(objects[0], objects[1]) {
+		t.Errorf("in process %v, in a worker %v", objects[0], objects[1])
+	}
+	if got := objects[2]; len(got) != 4 || got[1] != "ConfigMap/from-git" || got[3] != "ConfigMap/from-git" {
+		t.Errorf("git files in a worker gave %v; want ConfigMap/from-git in each target", got)
 	}
 }
 
-func TestRunsUserCode(t *testing.T) {
+// needsWorker sends to a worker what runs user code or parses files of a
+// git source, and nothing else.
+func TestNeedsWorker(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		spec v1alpha1.ManifestSyncSpec
@@ -230,13 +258,78 @@ func TestRunsUserCode(t *testing.T) {
 			Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}},
 			Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "metadata: {labels: {a: b}}"}}}},
 		}, false},
+		{"object sources only", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
+			{Name: "one", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
+			{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}},
+		}}, false},
 		{"starlark", v1alpha1.ManifestSyncSpec{Transform: inline("def main(ctx):\n    return []\n")}, true},
 		{"cue", v1alpha1.ManifestSyncSpec{Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{ProgramRef: v1alpha1.ProgramRef{Inline: "objects: []"}}}}, true},
 		{"schemas of a source", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}, {Source: "repo", Path: "policies"}}}, true},
 		{"kustomize", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}}, {Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo"}}}}, true},
+		{"git files passing through", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
+			{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
+			{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}},
+		}}, true},
 	} {
-		if got := runsUserCode(&c.spec); got != c.want {
+		if got := needsWorker(&c.spec); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// denseYAMLHeapBudget is how much the operator's heap may grow while a
+// worker parses a git file of 8 MB of dense YAML: the snapshot (8 MB),
+// its frame to the worker (base64 in JSON) and the test process's other
+// work; parsed in the operator, the file costs about 800 MiB.
+const denseYAMLHeapBudget = 96 << 20
+
+// A git file that passes through is parsed in a worker, under its memory
+// limit: 8 MB of dense flow maps, which take about 800 MiB to parse, fail
+// their ManifestSync with the memory-limit error while the operator's
+// heap grows by far less than the parse would take.
+//
+// What a hostile tenant gets: its own ManifestSync fails EvalFailed with
+// the worker's limit; the operator holds the file's bytes, never its parse.
+func TestGitDenseYAMLInWorker(t *testing.T) {
+	env.Need(t)
+	if testing.Short() {
+		t.Skip("runs a worker out of memory on purpose")
+	}
+	gitOperator(t, git.Options{})
+	ns := remoteEnv.Namespace(t, nil)
+
+	content := t.TempDir()
+	line := []byte("- {a: 1, b: [1, 2]}\n")
+	dense := bytes.Repeat(line, 8_000_000/len(line)) // under the 8 MiB a file
+	if err := os.WriteFile(filepath.Join(content, "dense.yaml"), dense, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	gittest.Publish(t, root, "dense", content)
+	url := gittest.Daemon(t, root) + "/dense.git"
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	stop := gittest.HeapPeak()
+	ms := newSync(ns, "dense", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: url}}},
+		Params:  params(`{"evalWorker": true}`), // the test operator's pool (evaluators)
+		Targets: targets(ns),
+	})
+	if err := remoteEnv.Client.Create(context.Background(), ms); err != nil {
+		t.Fatal(err)
+	}
+	got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonEvalFailed, time.Minute)
+	peak := stop()
+	const want = "evaluation exceeded its memory limit of 256 MiB"
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("%q; want the worker's limit %q", msg, want)
+	}
+	growth := int64(peak) - int64(before.HeapAlloc)
+	t.Logf("the operator's heap: %d MiB before, peak %d MiB (growth %d MiB, budget %d MiB) for %d bytes of dense YAML",
+		before.HeapAlloc>>20, peak>>20, growth>>20, denseYAMLHeapBudget>>20, len(dense))
+	if growth > denseYAMLHeapBudget {
+		t.Errorf("the heap grew by %d MiB while a worker parsed the file, over the budget of %d MiB", growth>>20, denseYAMLHeapBudget>>20)
 	}
 }
