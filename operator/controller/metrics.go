@@ -60,7 +60,7 @@ var (
 	}, []string{"namespace", "name", "source", "type"})
 	gitFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "manifestsync_git_fetches_total",
-		Help: "Reads of git sources, by result: success, or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
+		Help: "Reads of git sources, by result: success, pending (the fetch goes on in the background), or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
 	}, []string{"namespace", "name", "source", "result"})
 	objectsHealth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "manifestsync_objects_health",
@@ -186,12 +186,16 @@ func driftAction(policy v1alpha1.DriftPolicy) string {
 }
 
 // fetchResult is the result label of gitFetchesTotal for a git source's
-// read that ended with err.
+// read that ended with err. A read that yields its worker to a fetch still
+// running in the background (git.ErrPending) is "pending", neither a
+// success nor a failure: that fetch ends later, and the read that follows
+// is counted with its outcome.
 func fetchResult(err error) string {
 	for _, r := range []struct {
 		err    error
 		result string
 	}{
+		{git.ErrPending, "pending"},
 		{git.ErrAuth, "auth"},
 		{git.ErrHostKey, "host_key"},
 		{git.ErrUnreachable, "unreachable"},

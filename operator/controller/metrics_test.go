@@ -134,7 +134,8 @@ func seriesWith(t *testing.T, c prometheus.Collector, want prometheus.Labels) in
 }
 
 // TestFetchResult: a git read is counted by why it failed, however deeply
-// the reason is wrapped.
+// the reason is wrapped; one that waits on a fetch still running is
+// pending, not an error.
 func TestFetchResult(t *testing.T) {
 	for _, c := range []struct {
 		err  error
@@ -150,6 +151,7 @@ func TestFetchResult(t *testing.T) {
 		{fmt.Errorf("source: %w", git.ErrLimit), "limit"},
 		{fmt.Errorf("source: timed out after 1m0s: %w", context.DeadlineExceeded), "timeout"},
 		{source.ErrGitNotWired, "error"},
+		{fmt.Errorf("source %q: git x: %w", "repo", &git.PendingError{Done: make(chan struct{})}), "pending"},
 	} {
 		if got := fetchResult(c.err); got != c.want {
 			t.Errorf("fetchResult(%v) = %q, want %q", c.err, got, c.want)
