@@ -127,7 +127,14 @@ func secretWith(t testing.TB, within time.Duration, ms *v1alpha1.ManifestSync, n
 }
 
 // An object source in another namespace is read only when it shares
-// itself with the ManifestSync's namespace.
+// itself with the ManifestSync's namespace. One that is not shared and one
+// that does not exist fail with the same message, which says access was
+// refused and how an owner shares an object; one missing in the
+// ManifestSync's own namespace says it is not found.
+//
+// What a hostile tenant gets: "access refused" for any object of another
+// namespace it names, whether it exists or not; it cannot probe the
+// cluster for what exists.
 func TestCrossNamespaceSource(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -136,14 +143,33 @@ func TestCrossNamespaceSource(t *testing.T) {
 	if err := env.Client.Create(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	ms := newSync(home, "cross", v1alpha1.ManifestSyncSpec{
-		Sources: []v1alpha1.Source{{Name: "cm", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: other, Name: "shared"}}},
-		Targets: targets(target),
-	})
-	createSync(t, ms)
-	got := waitFor(t, ms, v1alpha1.ReasonSourceFailed)
-	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, AllowNamespacesAnnotation) {
-		t.Errorf("message %q does not name the annotation", msg)
+	sourceOf := func(name, ns, object string) *v1alpha1.ManifestSync {
+		t.Helper()
+		ms := newSync(home, name, v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "cm", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: object}}},
+			Targets: targets(target),
+		})
+		createSync(t, ms)
+		return ms
+	}
+	ms := sourceOf("cross", other, "shared")
+	missing := sourceOf("missing", other, "absent")
+	own := sourceOf("own", "", "absent")
+	refused := func(ms *v1alpha1.ManifestSync) string {
+		t.Helper()
+		return condition(waitFor(t, ms, v1alpha1.ReasonSourceFailed), v1alpha1.ConditionReady).Message
+	}
+	unshared, absent := refused(ms), refused(missing)
+	t.Logf("unshared: %s\nmissing: %s", unshared, absent)
+	want := fmt.Sprintf(`source "cm": ConfigMap %s/shared: access refused: not found, or not shared with namespace %q (annotation %s)`, other, home, AllowNamespacesAnnotation)
+	if !strings.Contains(unshared, want) {
+		t.Errorf("an unshared object: %q, want it to contain %q", unshared, want)
+	}
+	if same := strings.ReplaceAll(absent, other+"/absent", other+"/shared"); same != unshared {
+		t.Errorf("a missing object of another namespace: %q; an unshared one: %q; want the same message but for the name", absent, unshared)
+	}
+	if msg, want := refused(own), fmt.Sprintf("ConfigMap %s/absent not found", home); !strings.Contains(msg, want) {
+		t.Errorf("a missing object of its own namespace: %q, want it to contain %q", msg, want)
 	}
 	if _, err := getConfigMap(target, "shared"); err == nil {
 		t.Error("the target got the object")

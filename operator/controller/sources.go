@@ -289,6 +289,9 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 	obj.SetGroupVersionKind(ref.gvk)
 	if err := reader.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
+			if sc.ref == "" && ref.namespace != ms.Namespace {
+				return nil, accessRefused(ms, ref) // as when it exists, unshared
+			}
 			return nil, fmt.Errorf("%s not found", ref)
 		}
 		return nil, fmt.Errorf("%s: %w", ref, err)
@@ -306,7 +309,8 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 
 // allowed reports whether ms may read the object source ref, whose
 // annotations are given: an object of ms's own namespace always, one of
-// another namespace only when it shares itself with ms's namespace.
+// another namespace only when it shares itself with ms's namespace. The
+// error is accessRefused's.
 func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]string) error {
 	if ref.namespace == ms.Namespace {
 		return nil
@@ -316,7 +320,16 @@ func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]st
 			return nil
 		}
 	}
-	return fmt.Errorf("%s is in another namespace and its annotation %s does not list %q", ref, AllowNamespacesAnnotation, ms.Namespace)
+	return accessRefused(ms, ref)
+}
+
+// accessRefused is the one error of an object source of another namespace
+// of this cluster that ms may not read, whether the object is missing or
+// exists and is not shared with ms's namespace: two messages would let a
+// tenant probe for any object of the cluster by naming it. (With a
+// service account, the API server's own 403 comes first.)
+func accessRefused(ms *v1alpha1.ManifestSync, ref objectRef) error {
+	return fmt.Errorf("%s: access refused: not found, or not shared with namespace %q (annotation %s)", ref, ms.Namespace, AllowNamespacesAnnotation)
 }
 
 // sourceIndexKeys are the index keys of every object source of ms.
