@@ -44,7 +44,7 @@ func addEvalWorkerFlags(fl interface {
 	DurationVar(p *time.Duration, name string, value time.Duration, usage string)
 	BoolVar(p *bool, name string, value bool, usage string)
 }, f *evalWorkerFlags) {
-	fl.IntVar(&f.workers, "eval-workers", worker.DefaultWorkers, "evaluations of user code (transforms, schemas from a source, kustomize) run at once, each in a worker process of its own")
+	fl.IntVar(&f.workers, "eval-workers", worker.DefaultWorkers, "evaluations of user code (transforms, schemas from a source, kustomize) and of git sources run at once, each in a worker process of its own")
 	fl.StringVar(&f.memoryLimit, "eval-memory-limit", "256Mi", "memory limit of each evaluation worker (a quantity: 512Mi, 1Gi)")
 	fl.DurationVar(&f.opts.Timeout, "eval-timeout", worker.DefaultTimeout, "wall-clock limit of one evaluation in a worker")
 	fl.BoolVar(&f.inProcess, "eval-in-process", false, "evaluate in the operator's process: no worker processes, and no memory limit")

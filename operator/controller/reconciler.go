@@ -35,7 +35,8 @@ type Options struct {
 	// Limits bound every transform; zero fields take the engine's defaults.
 	Limits lstar.Limits
 	// Evaluator runs the evaluations of ManifestSyncs that run code of
-	// the user's (a transform, schemas from a source, kustomize); nil
+	// the user's (a transform, schemas from a source, kustomize) or read
+	// git sources (whose parsing costs many times their size); nil
 	// evaluates them in this process. The others are always evaluated in
 	// this process (see evaluatorFor).
 	Evaluator Evaluator
