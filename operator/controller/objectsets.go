@@ -11,13 +11,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,15 +47,25 @@ const (
 // objectSets holds what object sets need beyond the namespace caches:
 // discovery, for the whole-namespace form, and a metadata cache per
 // namespace and label selector, so that a set of 20 labelled Secrets
-// among 10,000 costs the metadata of 20.
+// among 10,000 costs the metadata of 20. Their watches go as the
+// namespace caches' do (unwatchable.go): a kind the operator may not list
+// there is not watched but read directly (the API server's 403 fails the
+// source at once), and a watch the API server refuses later is removed,
+// not left retrying.
 type objectSets struct {
-	kinds    discovery.CachedDiscoveryInterface
-	newCache func(namespace string, sel labels.Selector) (cache.Cache, error)
+	kinds discovery.CachedDiscoveryInterface
+	// newCache makes and starts the cache of a namespace and selector,
+	// its informers made as wrap makes them of the operator's.
+	newCache func(namespace string, sel labels.Selector, wrap func(informerFunc) informerFunc) (*namespaceCache, error)
+	log      logr.Logger
 
-	mu      sync.Mutex
-	caches  map[setCacheKey]cache.Cache
-	watched map[setWatchKey]bool
+	mu     sync.Mutex
+	caches map[setCacheKey]*namespaceCache
+	since  map[setWatchKey]time.Time // when each watch started
 }
+
+// informerFunc makes a cache's informers (cache.Options.NewInformer).
+type informerFunc = func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
 
 type setCacheKey struct{ namespace, selector string }
 
@@ -70,7 +83,7 @@ func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) erro
 	}
 	r.sets = &objectSets{
 		kinds: memory.NewMemCacheClient(dc),
-		newCache: func(namespace string, sel labels.Selector) (cache.Cache, error) {
+		newCache: func(namespace string, sel labels.Selector, wrap func(informerFunc) informerFunc) (*namespaceCache, error) {
 			c, err := cache.New(mgr.GetConfig(), cache.Options{
 				HTTPClient:           mgr.GetHTTPClient(),
 				Scheme:               mgr.GetScheme(),
@@ -78,16 +91,23 @@ func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) erro
 				DefaultNamespaces:    map[string]cache.Config{namespace: {}},
 				DefaultLabelSelector: sel,
 				DefaultTransform:     cache.TransformStripManagedFields(),
-				NewInformer:          r.Options.APIServer.NewInformer,
+				NewInformer:          wrap(r.Options.APIServer.NewInformer),
+				// A read of a kind not watched never starts a watch.
+				ReaderFailOnMissingInformer: true,
 			})
 			if err != nil {
 				// The caller says which namespace, if the tenant may know it.
 				return nil, fmt.Errorf("creating the cache of objects %s: %w", sel, err)
 			}
-			return c, mgr.Add(cacheRunnable{c})
+			nc := &namespaceCache{Cache: c, namespace: namespace, direct: mgr.GetAPIReader(), scheme: mgr.GetScheme(),
+				watching: func(gvk schema.GroupVersionKind, _ string) (time.Time, bool) {
+					return r.sets.watching(setWatchKey{setCacheKey: setCacheKey{namespace: namespace, selector: sel.String()}, gvk: gvk})
+				}}
+			return nc, mgr.Add(cacheRunnable{c})
 		},
-		caches:  map[setCacheKey]cache.Cache{},
-		watched: map[setWatchKey]bool{},
+		log:    mgr.GetLogger().WithName("object-sets"),
+		caches: map[setCacheKey]*namespaceCache{},
+		since:  map[setWatchKey]time.Time{},
 	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexObjectSets, func(o client.Object) []string {
 		return objectSetIndexKeys(o.(*v1alpha1.ManifestSync))
@@ -139,67 +159,118 @@ func (r *Reconciler) forObjectSet(gvk schema.GroupVersionKind) handler.MapFunc {
 }
 
 // setReader watches the metadata of the objects of kind gvk in namespace
-// that sel matches, for object sets, and returns the cache of it once it
-// has synced (a set is decided on a list, which a cache still starting
-// would get wrong). A selector that matches everything shares the
-// namespace's cache with object sources; any other has a cache of its
-// own, which holds only what it matches.
+// that sel matches, for object sets, and returns the reader of it: the
+// cache once it has synced (a set is decided on a list, which a cache
+// still starting would get wrong), waiting for it at most syncWait from
+// the start of the watch, else the API server. A selector that matches
+// everything shares the namespace's cache with object sources; any other
+// has a cache of its own, which holds only what it matches. A kind the
+// operator may not list is read from the API server, whose 403 fails the
+// source at once.
 func (r *Reconciler) setReader(ctx context.Context, gvk schema.GroupVersionKind, namespace string, sel labels.Selector) (client.Reader, error) {
 	h := handler.EnqueueRequestsFromMapFunc(r.forObjectSet(gvk))
-	var c cache.Cache
 	if sel.Empty() {
-		cr, err := r.watches.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, h)
-		if err != nil {
-			return nil, err
-		}
-		c = cr.(cache.Cache)
-	} else {
-		var err error
-		if c, err = r.sets.watch(r.watches, setCacheKey{namespace: namespace, selector: sel.String()}, sel, gvk, h); err != nil {
-			return nil, err
-		}
+		return r.watches.inNamespace(watchKey{gvk: gvk, namespace: namespace, purpose: watchObjectSets}, h)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
-	defer cancel()
-	if !c.WaitForCacheSync(ctx) {
-		// The caller says which namespace, if the tenant may know it.
-		return nil, fmt.Errorf("the cache did not sync within %v", cacheSyncTimeout)
-	}
-	return c, nil
+	return r.sets.watch(ctx, r.watches, setCacheKey{namespace: namespace, selector: sel.String()}, sel, gvk, h)
 }
 
 // watch starts, once, the watch of kind gvk in the cache of key, made on
-// first use, and returns that cache.
-func (s *objectSets) watch(w *watches, key setCacheKey, sel labels.Selector, gvk schema.GroupVersionKind, h handler.EventHandler) (cache.Cache, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.caches[key]
-	if c == nil {
-		var err error
-		if c, err = s.newCache(key.namespace, sel); err != nil {
-			return nil, err
-		}
-		s.caches[key] = c
+// first use, and returns that cache; a kind the operator may not list in
+// key's namespace is not watched (the cache reads it directly).
+func (s *objectSets) watch(ctx context.Context, w *watches, key setCacheKey, sel labels.Selector, gvk schema.GroupVersionKind, h handler.EventHandler) (*namespaceCache, error) {
+	c, err := s.cacheOf(w.access, key, sel)
+	if err != nil {
+		return nil, err
 	}
 	wk := setWatchKey{setCacheKey: key, gvk: gvk}
-	if s.watched[wk] {
+	if _, ok := s.watching(wk); ok {
 		return c, nil
 	}
 	// An unknown kind would make the watch retry forever; fail instead.
 	if _, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 		return nil, err
 	}
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(gvk)
-	if err := w.ctrl.Watch(source.Kind[client.Object](c, obj, h)); err != nil {
+	// So would a kind the operator may not list there: read it directly.
+	if ok, err := w.access.watchable(ctx, gvk, key.namespace); !ok {
+		if err != nil {
+			s.log.V(1).Info("reading a kind directly: could not tell whether the operator may watch it", "kind", gvk.String(), "error", err.Error())
+		}
+		return c, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.since[wk]; ok {
+		return c, nil
+	}
+	if err := w.ctrl.Watch(source.Kind[client.Object](c.Cache, metadataProbe(gvk), h)); err != nil {
 		return nil, err
 	}
-	s.watched[wk] = true
+	s.since[wk] = time.Now()
 	return c, nil
 }
 
-// cacheSyncTimeout bounds the wait for a new namespace cache to sync.
-const cacheSyncTimeout = 30 * time.Second
+// cacheOf is the cache of key, made on first use; its informers stop when
+// the API server refuses them (onForbidden).
+func (s *objectSets) cacheOf(access *kindAccess, key setCacheKey, sel labels.Selector) (*namespaceCache, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.caches[key]; c != nil {
+		return c, nil
+	}
+	c, err := s.newCache(key.namespace, sel, func(next informerFunc) informerFunc { return s.onForbidden(access, key, next) })
+	if err != nil {
+		return nil, err
+	}
+	s.caches[key] = c
+	return c, nil
+}
+
+// watching says since when the watch wk runs; false when it does not.
+func (s *objectSets) watching(wk setWatchKey) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since, ok := s.since[wk]
+	return since, ok
+}
+
+// onForbidden makes the informers of key's cache, by next, stop when the
+// API server refuses their list or watch (RBAC changed since the access
+// check): the kind is read directly from then on, and not watched again
+// before accessRecheck.
+func (s *objectSets) onForbidden(access *kindAccess, key setCacheKey, next informerFunc) informerFunc {
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		inf := next(lw, obj, resync, indexers)
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
+			if !apierrors.IsForbidden(err) || gvk.Empty() {
+				toolscache.DefaultWatchErrorHandler(ctx, r, err)
+				return
+			}
+			go s.unwatch(access, setWatchKey{setCacheKey: key, gvk: gvk})
+		})
+		return inf
+	}
+}
+
+// unwatch removes the informer of wk after the API server refused it.
+func (s *objectSets) unwatch(access *kindAccess, wk setWatchKey) {
+	s.mu.Lock()
+	_, was := s.since[wk]
+	delete(s.since, wk)
+	c := s.caches[wk.setCacheKey]
+	s.mu.Unlock()
+	access.deny(accessKey{gvk: wk.gvk, namespace: wk.namespace})
+	if !was || c == nil {
+		return
+	}
+	// The selector is the set's own; the namespace is logged, not said to a tenant.
+	s.log.Info("the API server refused the watch of a kind for object sets; its objects are read directly from now on",
+		"kind", wk.gvk.String(), "namespace", wk.namespace, "selector", wk.selector)
+	if err := c.RemoveInformer(context.Background(), metadataProbe(wk.gvk)); err != nil {
+		s.log.Error(err, "removing the informer", "kind", wk.gvk.String())
+	}
+}
 
 // objectSetSource reads the objects of an object set. What the set holds is
 // decided on the metadata cache (labels, names, annotations); a body is

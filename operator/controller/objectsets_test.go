@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -99,7 +100,7 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	}
 	held := &metav1.PartialObjectMetadataList{}
 	held.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-	if err := selected.List(ctx, held); err != nil {
+	if err := selected.Cache.List(ctx, held); err != nil { // the cache itself, not a direct read
 		t.Fatal(err)
 	}
 	if len(held.Items) != 6 { // shared-0..4 and internal-ca
@@ -369,6 +370,80 @@ func noMention(t *testing.T, ms *v1alpha1.ManifestSync, names ...string) {
 			if strings.Contains(text, name) {
 				t.Errorf("%s of %s names %q, which its tenant may not list: %s", where, ms.Name, name, text)
 			}
+		}
+	}
+}
+
+// An object set of a kind the operator may not list (LimitRanges, which
+// it may not read at all; PodTemplates, which it may get one by one but
+// not list), by a label selector (a cache of its own) or of every object
+// of the namespace, fails at once with the API server's own 403, and no
+// informer of the kind is started (none retries a list forever). Before,
+// each one of a selector waited 30 s for a cache that could never sync,
+// holding a worker: four stopped every other ManifestSync of an operator
+// of four workers.
+// What a hostile tenant gets: its own ManifestSync fails, saying what the
+// operator may not list; a bystander is Ready within 5 s.
+func TestObjectSetUnlistableKind(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	admin, r := restrictedOperator(t, operatorRules)
+	ns := remoteEnv.Namespace(t, nil)
+	labelled := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	other := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
+	set := func(name, kind string, sel *metav1.LabelSelector) *v1alpha1.ManifestSync {
+		return newSync(ns, name, v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: kind, Namespace: ns, LabelSelector: sel}}},
+			Targets: targets(ns),
+		})
+	}
+	stuck := map[*v1alpha1.ManifestSync]string{
+		set("limitranges-labelled", "LimitRange", labelled):   `cannot list resource "limitranges"`,
+		set("podtemplates-labelled", "PodTemplate", labelled): `cannot list resource "podtemplates"`,
+		set("limitranges-other", "LimitRange", other):         `cannot list resource "limitranges"`,
+		set("podtemplates-other", "PodTemplate", other):       `cannot list resource "podtemplates"`,
+		set("limitranges-all", "LimitRange", nil):             `cannot list resource "limitranges"`,
+		set("podtemplates-all", "PodTemplate", nil):           `cannot list resource "podtemplates"`,
+	}
+	bystander := newSync(ns, "bystander", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript), Params: params(`{"names": ["bystander"]}`), Targets: targets(ns),
+	})
+	start := time.Now()
+	for _, ms := range append(slices.Collect(maps.Keys(stuck)), bystander) {
+		if err := admin.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+		// Deleted, and finalized, before the operator stops (cleanups
+		// run last first).
+		t.Cleanup(func() {
+			_ = admin.Delete(context.Background(), ms)
+			eventually(t, timeout, func() error { return remoteEnv.Gone(ms) })
+		})
+	}
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(bystander), v1alpha1.ReasonSynced, timeout)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the bystander was Ready %v after it was created beside %d object sets of unlistable kinds; want within 5s", took.Round(time.Millisecond), len(stuck))
+	} else {
+		t.Logf("the bystander was Ready after %v", took.Round(time.Millisecond))
+	}
+	for ms, want := range stuck {
+		// Well within the 30 s a cache that never syncs was waited for.
+		got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSourceFailed, 15*time.Second)
+		if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) || !strings.Contains(msg, "is forbidden: User") {
+			t.Errorf("%s: %q; want the API server's 403, %q", ms.Name, msg, want)
+		}
+	}
+	t.Logf("the %d object sets failed within %v of their creation", len(stuck), time.Since(start).Round(time.Millisecond))
+	for _, kind := range []string{"LimitRange", "PodTemplate"} {
+		gvk := corev1.SchemeGroupVersion.WithKind(kind)
+		for _, sel := range []string{"app=web", "app=db"} {
+			key := setCacheKey{namespace: ns, selector: sel}
+			if _, watched := r.sets.watching(setWatchKey{setCacheKey: key, gvk: gvk}); watched {
+				t.Errorf("the operator watches %ss of %s, which it may not list", kind, sel)
+			}
+		}
+		if _, watched := r.watches.watchingIn(gvk, ns); watched {
+			t.Errorf("the operator watches %ss of namespace %s, which it may not list", kind, ns)
 		}
 	}
 }

@@ -5,12 +5,17 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -70,5 +75,46 @@ func TestSetErrorsHideSelectedNamespaces(t *testing.T) {
 	named := &engine.ObjectSet{Namespace: "hidden"}
 	if err := unnamed(ctx, named, "hidden", forbidden); err != forbidden {
 		t.Errorf("a namespace the tenant named: %v, want the error as it was", err)
+	}
+}
+
+// A watch of an object set's selector cache whose list the API server
+// refuses (RBAC changed after the access check) is removed, not left
+// retrying forever; the kind is read directly (the API server's 403 fails
+// the set at once) and not watched again before accessRecheck.
+func TestRefusedSetWatchIsRemoved(t *testing.T) {
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "PodTemplate"}
+	key := setCacheKey{namespace: "team-a", selector: "app=web"}
+	wk := setWatchKey{setCacheKey: key, gvk: gvk}
+	selected := &removals{removed: make(chan schema.GroupVersionKind, 1)}
+	s := &objectSets{
+		log:    logr.Discard(),
+		caches: map[setCacheKey]*namespaceCache{key: {Cache: selected}},
+		since:  map[setWatchKey]time.Time{wk: time.Now()},
+	}
+	access := &kindAccess{denied: map[accessKey]time.Time{}}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "podtemplates"}, "", nil)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return nil, forbidden },
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			return nil, forbidden
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.onForbidden(access, key, toolscache.NewSharedIndexInformer)(lw, metadataProbe(gvk), 0, toolscache.Indexers{}).RunWithContext(ctx)
+	select {
+	case got := <-selected.removed:
+		if got != gvk {
+			t.Errorf("removed the informer of %v, want %v", got, gvk)
+		}
+	case <-time.After(timeout):
+		t.Fatal("the refused watch was not removed")
+	}
+	if _, ok := s.watching(wk); ok {
+		t.Error("the kind is still taken for watched: its lists would wait for a cache that never syncs")
+	}
+	if ok, err := access.watchable(ctx, gvk, key.namespace); ok || err != nil {
+		t.Errorf("watchable after the refusal: %v, %v; want false until accessRecheck", ok, err)
 	}
 }
