@@ -295,7 +295,7 @@ func TestGitDenseYAMLInWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a worker out of memory on purpose")
 	}
-	gitOperator(t, git.Options{})
+	cache := gitOperator(t, git.Options{})
 	ns := remoteEnv.Namespace(t, nil)
 
 	content := t.TempDir()
@@ -332,4 +332,7 @@ func TestGitDenseYAMLInWorker(t *testing.T) {
 	if growth > denseYAMLHeapBudget {
 		t.Errorf("the heap grew by %d MiB while a worker parsed the file, over the budget of %d MiB", growth>>20, denseYAMLHeapBudget>>20)
 	}
+	// Deleted while its operator runs, so that no other test's operator
+	// finds it and fetches its repository.
+	deleteAndSweep(t, cache, []*v1alpha1.ManifestSync{ms})
 }

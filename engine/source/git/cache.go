@@ -51,6 +51,19 @@ func (f *Fetcher) measure(cr *cachedRepo) {
 	f.mu.Unlock()
 }
 
+// Holds reports whether the cache holds the repository at url (in memory
+// or on disk), whatever its size.
+func (f *Fetcher) Holds(url string) bool {
+	r, err := parseRemote(url)
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.repos[r.key]
+	return ok
+}
+
 // CacheBytes returns the bytes the cache holds in memory and the number
 // of repositories it holds.
 func (f *Fetcher) CacheBytes() (bytes int64, repos int) {
