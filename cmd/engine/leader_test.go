@@ -124,9 +124,13 @@ func TestOperatorLeaderHandOver(t *testing.T) {
 	// Each operator's writes (the lease included) fall in its own time as
 	// leader: a before it was killed, b after that and before it stopped,
 	// c after b stopped.
+	// The API server stamps a request when it reads it: one that b sent
+	// as it exited (an event flushed at shutdown) is read after b.stop
+	// returned, within the receipt skew.
+	const receiptSkew = 250 * time.Millisecond
 	window := map[string][2]time.Time{
 		"operator-a": {time.Time{}, killed},
-		"operator-b": {killed, stoppedAt},
+		"operator-b": {killed, stoppedAt.Add(receiptSkew)},
 		"operator-c": {stopped, time.Now()},
 	}
 	wrote := map[string]map[string]int{}
