@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -347,26 +346,11 @@ func TestObjectSetNotSharedNamesNothing(t *testing.T) {
 // the events about it: what its tenant can read.
 func noMention(t *testing.T, ms *v1alpha1.ManifestSync, names ...string) {
 	t.Helper()
-	got := &v1alpha1.ManifestSync{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), got); err != nil {
-		t.Fatal(err)
-	}
-	status, err := json.Marshal(got.Status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var events eventsv1.EventList
-	if err := env.Client.List(context.Background(), &events, client.InNamespace(ms.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	var notes strings.Builder
-	for _, e := range events.Items {
-		if e.Regarding.Name == ms.Name && e.Regarding.Kind == v1alpha1.Kind {
-			notes.WriteString(e.Note + "\n")
-		}
-	}
+	status, notes := statusAndNotes(t, ms, func(e eventsv1.Event) bool {
+		return e.Regarding.Name == ms.Name && e.Regarding.Kind == v1alpha1.Kind
+	})
 	for _, name := range names {
-		for where, text := range map[string]string{"status": string(status), "events": notes.String()} {
+		for where, text := range map[string]string{"status": status, "events": notes} {
 			if strings.Contains(text, name) {
 				t.Errorf("%s of %s names %q, which its tenant may not list: %s", where, ms.Name, name, text)
 			}
