@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
@@ -60,14 +61,34 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 		if s.Kustomize != nil {
 			n++
 		}
+		if h := s.Helm; h != nil {
+			n++
+			validateHelm(add, f+".helm", h)
+		}
 		if n != 1 {
-			add(f, "exactly one of git, object, objects and kustomize must be set")
+			add(f, "exactly one of git, object, objects, kustomize and helm must be set")
 		}
 		if s.Cluster != nil && s.Object == nil && s.Objects == nil {
 			add(f, "cluster is set only with object or objects")
 		}
 	}
 	for i, s := range spec.Sources {
+		if h := s.Helm; h != nil && h.Source != "" {
+			f := fmt.Sprintf("spec.sources[%d].helm.source", i)
+			switch {
+			case h.Source == s.Name:
+				add(f, "a helm source cannot read its chart from itself")
+			case sources[h.Source] == nil:
+				add(f, "no source named %q", h.Source)
+			}
+		}
+		if s.Helm != nil {
+			for j, v := range s.Helm.ValuesFrom {
+				if v.Source != "" && sources[v.Source] == nil {
+					add(fmt.Sprintf("spec.sources[%d].helm.valuesFrom[%d].source", i, j), "no source named %q", v.Source)
+				}
+			}
+		}
 		if s.Kustomize == nil {
 			continue
 		}
@@ -168,4 +189,39 @@ func checkEnum(errs *FieldErrors, field, v string, allowed ...string) {
 		}
 	}
 	*errs = append(*errs, &FieldError{Field: field, Msg: fmt.Sprintf("%q is not one of %v", v, allowed)})
+}
+
+// validateHelm checks the field rules of a helm source that the CRD
+// states in CEL.
+func validateHelm(add func(field, format string, args ...any), f string, h *v1alpha1.HelmSource) {
+	switch {
+	case (h.Chart == "") == (h.Source == ""):
+		add(f, "exactly one of chart and source must be set")
+	case h.Chart != "" && h.Repository == "" && !strings.HasPrefix(h.Chart, "oci://"):
+		add(f+".repository", "a chart needs a repository")
+	case h.Source != "" && h.Repository != "":
+		add(f+".repository", "repository is set only with chart")
+	}
+	if len(h.ReleaseName) > 53 {
+		add(f+".releaseName", "at most 53 characters")
+	}
+	for i, v := range h.ValuesFrom {
+		vf := fmt.Sprintf("%s.valuesFrom[%d]", f, i)
+		n := 0
+		for _, set := range []bool{v.Kind != "", v.Source != "", v.Params} {
+			if set {
+				n++
+			}
+		}
+		switch {
+		case n != 1:
+			add(vf, "exactly one of kind, source and params must be set")
+		case (v.Kind != "") != (v.Name != ""):
+			add(vf, "kind and name are set together")
+		case (v.Source != "") != (v.Path != ""):
+			add(vf, "source and path are set together")
+		case v.Kind != "" && v.Kind != "ConfigMap" && v.Kind != "Secret":
+			add(vf+".kind", "must be ConfigMap or Secret")
+		}
+	}
 }

@@ -110,7 +110,7 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) {
 				source(obj, 0)["object"] = map[string]any{"apiVersion": "v1", "kind": "Secret", "name": "x"}
 			},
-			want: []string{"spec.sources[0] crd/cel exactly one of git, object, objects and kustomize must be set"},
+			want: []string{"spec.sources[0] crd/cel exactly one of git, object, objects, kustomize and helm must be set"},
 		},
 		{
 			name: "object set",
@@ -196,7 +196,7 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) { source(obj, 1)["name"] = "app"; delete(source(obj, 1), "kustomize") },
 			want: []string{
 				`spec.sources[1] crd/list-type Duplicate value: {"name":"app"}`,
-				"spec.sources[1] crd/cel exactly one of git, object, objects and kustomize",
+				"spec.sources[1] crd/cel exactly one of git, object, objects, kustomize and helm",
 			},
 		},
 		{

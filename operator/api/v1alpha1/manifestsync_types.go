@@ -153,11 +153,11 @@ type DependencyReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// Source is one named input. Exactly one of git, object, objects and
-// kustomize is set; cluster, beside object or objects, reads them from a
-// remote cluster.
+// Source is one named input. Exactly one of git, object, objects,
+// kustomize and helm is set; cluster, beside object or objects, reads them
+// from a remote cluster.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.objects), has(self.kustomize)].filter(x, x).size() == 1",message="exactly one of git, object, objects and kustomize must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.objects), has(self.kustomize), has(self.helm)].filter(x, x).size() == 1",message="exactly one of git, object, objects, kustomize and helm must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.cluster) || has(self.object) || has(self.objects)",message="cluster is set only with object or objects"
 type Source struct {
 	// Name is how the transform, schemas and other sources refer to it.
@@ -173,6 +173,8 @@ type Source struct {
 	Objects *ObjectSetSource `json:"objects,omitempty"`
 	// +optional
 	Kustomize *KustomizeSource `json:"kustomize,omitempty"`
+	// +optional
+	Helm *HelmSource `json:"helm,omitempty"`
 	// Cluster is the remote cluster object or objects are read from, with
 	// its kubeconfig's credentials; empty means this one.
 	// +optional
@@ -194,6 +196,135 @@ type GitSource struct {
 	// username/password, bearer token, or ssh identity and known_hosts.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Build says how a path holding a kustomization.yaml is read, and
+	// substitutes variables as Flux's post-build does.
+	Build `json:",inline"`
+}
+
+// Build is how the objects of a source path are made, as Flux and Argo
+// CD make them: a path holding a kustomization.yaml (or kustomization.yml,
+// Kustomization) is built with kustomize, unless kustomize is false; then
+// ${var} in the objects is substituted from substitute and substituteFrom
+// (Flux's post-build syntax: ${var}, ${var:=default}; an object annotated
+// kustomize.toolkit.fluxcd.io/substitute: disabled is left alone).
+type Build struct {
+	// Kustomize false reads the path's YAML files as they are, even when
+	// it holds a kustomization.yaml.
+	// +optional
+	Kustomize *bool `json:"kustomize,omitempty"`
+	// Substitute are variables by name.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=1024
+	Substitute map[string]string `json:"substitute,omitempty"`
+	// SubstituteFrom are ConfigMaps and Secrets of the ManifestSync's
+	// namespace whose keys are variables; a later one wins over an
+	// earlier one, substitute wins over all.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	SubstituteFrom []SubstituteReference `json:"substituteFrom,omitempty"`
+}
+
+// SubstituteReference is a ConfigMap or Secret of the ManifestSync's
+// namespace whose data are variables.
+type SubstituteReference struct {
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	Kind string `json:"kind"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Optional lets the object be missing.
+	// +optional
+	Optional bool `json:"optional,omitempty"`
+}
+
+// HelmSource is a Helm chart rendered as `helm template` renders it, per
+// target: from a chart repository (https, or oci://) or from a directory
+// of another source.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.chart) != has(self.source)",message="exactly one of chart and source must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.chart) || has(self.repository) || self.chart.startsWith('oci://')",message="a chart needs a repository"
+// +kubebuilder:validation:XValidation:rule="!has(self.source) || !has(self.repository)",message="repository is set only with chart"
+type HelmSource struct {
+	// Chart is the chart's name in the repository.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Chart string `json:"chart,omitempty"`
+	// Version is a semver range over the repository's versions of the
+	// chart, such as "^1.2" or "1.2.3"; the default is the newest stable.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Repository is an https Helm repository (with index.yaml) or an
+	// oci:// registry path holding the chart.
+	// +optional
+	Repository string `json:"repository,omitempty"`
+	// SecretRef names a Secret in the ManifestSync's namespace with
+	// username/password (or a .dockerconfigjson for oci://).
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Insecure allows plain http and registries without TLS.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+
+	// Source names the source that holds the chart directory.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Path is the chart's directory inside that source.
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// Values are merged over the chart's values.yaml.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Values *runtime.RawExtension `json:"values,omitempty"`
+	// ValuesFrom are merged in order over values.yaml and values; a later
+	// one wins.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	ValuesFrom []HelmValuesReference `json:"valuesFrom,omitempty"`
+	// ReleaseName is .Release.Name; the default is the ManifestSync's name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=53
+	ReleaseName string `json:"releaseName,omitempty"`
+	// Namespace is .Release.Namespace; the default is the target's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// IncludeCRDs renders the chart's crds/ directory (default true).
+	// +optional
+	IncludeCRDs *bool `json:"includeCRDs,omitempty"`
+}
+
+// HelmValuesReference is one set of values: a key of a ConfigMap or
+// Secret of the ManifestSync's namespace (kind, name, valuesKey), a file
+// of a source (source, path), or the target's params (params: true).
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.kind), has(self.source), has(self.params) && self.params].filter(x, x).size() == 1",message="exactly one of kind, source and params must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.kind) == has(self.name)",message="kind and name are set together"
+// +kubebuilder:validation:XValidation:rule="has(self.source) == has(self.path)",message="source and path are set together"
+type HelmValuesReference struct {
+	// +optional
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	Kind string `json:"kind,omitempty"`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ValuesKey is the key holding YAML values (default values.yaml).
+	// +optional
+	ValuesKey string `json:"valuesKey,omitempty"`
+	// TargetPath, when set, puts the key's whole content (a string) at
+	// this dotted path of the values, as Flux's targetPath.
+	// +optional
+	TargetPath string `json:"targetPath,omitempty"`
+	// Optional lets the object or key be missing.
+	// +optional
+	Optional bool `json:"optional,omitempty"`
+	// +optional
+	Source string `json:"source,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Params true merges the target's params (spec.params with the
+	// target's over them), so that each target gets its own values.
+	// +optional
+	Params bool `json:"params,omitempty"`
 }
 
 // GitRef selects a revision. When several fields are set the most specific
@@ -283,6 +414,13 @@ type KustomizeSource struct {
 	// Path is the directory of the kustomization inside that source.
 	// +optional
 	Path string `json:"path,omitempty"`
+	// Substitute and substituteFrom work as on a git source; kustomize
+	// is always true here.
+	// +optional
+	Substitute map[string]string `json:"substitute,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	SubstituteFrom []SubstituteReference `json:"substituteFrom,omitempty"`
 }
 
 // LocalObjectReference names an object in the ManifestSync's namespace.
@@ -508,6 +646,10 @@ const (
 	// cluster-scoped object, RBAC granting more than it has); nothing of
 	// that target was applied.
 	ReasonTargetNotAllowed = "TargetNotAllowed"
+	// ReasonHookFailed: a hook (Helm's helm.sh/hook or Argo CD's
+	// argocd.argoproj.io/hook) of a target failed or did not finish in
+	// time; the phases after it were not applied and the SyncFail hooks ran.
+	ReasonHookFailed = "HookFailed"
 
 	// ConditionHealthy is True when every applied object is Current.
 	ConditionHealthy = "Healthy"
@@ -631,6 +773,27 @@ type TargetStatus struct {
 	// Health of the target's objects taken together.
 	// +optional
 	Health Health `json:"health,omitempty"`
+	// Hooks is how the target's hooks ran for its current output.
+	// +optional
+	Hooks *HookStatus `json:"hooks,omitempty"`
+}
+
+// HookStatus is the run of a target's hooks for one output: hooks run once
+// per output digest, phase by phase (PreSync, Sync, PostSync; SyncFail
+// after a failure).
+type HookStatus struct {
+	// Digest is the target's output digest the hooks ran for.
+	Digest string `json:"digest"`
+	// Phase is the phase reached: PreSync, Sync, PostSync, Succeeded,
+	// or Failed (after SyncFail).
+	Phase string `json:"phase"`
+	// Message names the hook that failed, with its message.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Names are the hooks created for this run (kind namespace/name), so
+	// that their delete policies can be honoured after it.
+	// +optional
+	Names []string `json:"names,omitempty"`
 }
 
 // InventoryEntry is one applied object: its id is
