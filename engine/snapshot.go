@@ -24,6 +24,13 @@ type Snapshot struct {
 	// Objects is set for object set sources : the
 	// objects, ordered by namespace, name, group and kind.
 	Objects []map[string]any
+	// Refs are the ConfigMaps and Secrets the source's substituteFrom and
+	// helm valuesFrom name, read with it ("ConfigMap/NAME" or
+	// "Secret/NAME" to the object's data, a Secret's values decoded); an
+	// optional one that is missing is absent. They are inputs like the
+	// files: part of the source's digest, and a Secret's values are
+	// redacted wherever they would show.
+	Refs map[string]map[string]string
 	// Time is when the revision was made (a Git commit's time); scripts
 	// see it as time.now(). Zero when unknown.
 	Time time.Time
