@@ -86,6 +86,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newFmtCmd(), newSchemaCmd(), newInitCmd(), newVersionCmd(), newOperatorCmd(), newStatusCmd(), newHistoryCmd(), newRollbackCmd(), newEvalWorkerCmd())
+	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newFmtCmd(), newSchemaCmd(), newInitCmd(), newVersionCmd(), newOperatorCmd(), newStatusCmd(), newHistoryCmd(), newRollbackCmd(), newImportCmd(), newEvalWorkerCmd())
 	return root
 }
