@@ -11,8 +11,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -41,7 +43,7 @@ var clusterWorkloads []clusterWorkload
 func main() {
 	harness.ChildMain()
 	var (
-		only     = flag.String("only", "W1,W2,W3,W4,W5,W6,W7,W8", "comma-separated workloads to run")
+		only     = flag.String("only", allWorkloads, "comma-separated workloads to run")
 		rounds   = flag.Int("rounds", 3, "rounds of each workload (at least 3), alternating ours and the baselines")
 		cueBin   = flag.String("cue", "bin/cue", "the cue binary (make bench builds it)")
 		starBin  = flag.String("starlark", "bin/starlark", "the starlark binary (make bench builds it)")
@@ -58,6 +60,10 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// allWorkloads are the workloads of a whole run; a run of some of them
+// keeps the rows of the others from the report it rewrites.
+const allWorkloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10"
 
 func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas, reportFile, chartFile, logs string) error {
 	want := map[string]bool{}
@@ -137,15 +143,22 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 			return err
 		}
 	}
-	slices.SortStableFunc(rep.Rows, func(a, b harness.Row) int { return strings.Compare(a.Workload[:2], b.Workload[:2]) })
+	slices.SortStableFunc(rep.Rows, func(a, b harness.Row) int {
+		return harness.WorkloadNumber(a.Workload) - harness.WorkloadNumber(b.Workload)
+	})
 	rep.Duration = time.Since(rep.Started)
 	var b bytes.Buffer
+	old, err := os.ReadFile(reportFile)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if len(want) < len(strings.Split(allWorkloads, ",")) {
+		rep.Keep(old, func(workload string) bool { return want[strings.Fields(workload + " ")[0]] })
+	}
 	if err := rep.Write(&b); err != nil {
 		return err
 	}
-	if old, err := os.ReadFile(reportFile); err == nil {
-		b.Write(soakSection(old))
-	}
+	b.Write(soakSection(old))
 	if err := os.WriteFile(reportFile, b.Bytes(), 0o644); err != nil {
 		return err
 	}

@@ -1,5 +1,6 @@
-// Package w6 is workloads W6 and W8 of `make bench`: memory. W8, the
-// object set fan-out, is in objectset.go.
+// Package w6 is workloads W6, W8 and W10 of `make bench`: memory. W8, the
+// object set fan-out, is in objectset.go; W10, 1,000 Helm releases, in
+// helm.go.
 //
 // In W6 the cluster holds
 // 10,000 Secrets (100 of them 100 KiB) in 1,000 labelled namespaces, and
@@ -258,8 +259,12 @@ func (b *bench) reset(ctx context.Context) error {
 // deleteManifestSync deletes the ManifestSync under test, without its
 // finalizer (no operator runs).
 func (b *bench) deleteManifestSync(ctx context.Context) error {
+	return b.deleteSync(ctx, types.NamespacedName{Namespace: b.srcNS, Name: b.ms})
+}
+
+// deleteSync deletes the ManifestSync key names, without its finalizer.
+func (b *bench) deleteSync(ctx context.Context, key types.NamespacedName) error {
 	ms := &v1alpha1.ManifestSync{}
-	key := types.NamespacedName{Namespace: b.srcNS, Name: b.ms}
 	if err := b.client.Get(ctx, key, ms); err != nil {
 		return client.IgnoreNotFound(err)
 	}
