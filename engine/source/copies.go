@@ -179,3 +179,21 @@ func (WorkTree) Read(dir, name string, object bool) (*engine.Snapshot, error) {
 	files := map[string][]byte{name: b}
 	return &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}, nil
 }
+
+// readRef reads a ref from its copy beside the sync file, NAME.yaml (the
+// Secret of a git source's secretRef is read there too); no copy is
+// ErrNotFound, a copy of another kind an error naming it.
+func (l *Local) readRef(ref Ref) (map[string]any, error) {
+	p := filepath.Join(l.dir, ref.Name+".yaml")
+	if !l.tree.Exists(p) {
+		return nil, fmt.Errorf("no local copy at %s: %w", p, ErrNotFound)
+	}
+	snap, err := l.tree.Read(l.dir, ref.Name+".yaml", true)
+	if err != nil {
+		return nil, &LocalError{err}
+	}
+	if kind, _ := snap.Object["kind"].(string); kind != ref.Kind || snap.Object["apiVersion"] != "v1" {
+		return nil, &LocalError{fmt.Errorf("%s holds a %s, want a v1 %s", p, kind, ref.Kind)}
+	}
+	return snap.Object, nil
+}

@@ -72,12 +72,17 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Resolve returns the snapshot of every source but kustomize sources, by
-// name. The first source that fails stops it with an *Error.
+// name, with the refs each reads (see readRefs: a kustomize source that
+// reads refs gets a snapshot of them alone). The first source that fails
+// stops it with an *Error.
 func (r *Resolver) Resolve(ctx context.Context, sources []v1alpha1.Source) (map[string]*engine.Snapshot, error) {
 	snaps := map[string]*engine.Snapshot{}
 	for i := range sources {
 		src := &sources[i]
 		snap, err := r.resolve(ctx, src)
+		if err == nil {
+			snap, err = r.readRefs(ctx, src, snap)
+		}
 		if err != nil {
 			return nil, &Error{Index: i, Name: src.Name, Err: err}
 		}
