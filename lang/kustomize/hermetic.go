@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -43,6 +44,11 @@ func checkHermetic(files map[string][]byte, dir string) error {
 		}
 		if field, ref, ok := findRemote(doc, ""); ok {
 			return fmt.Errorf("%s: %s: remote reference %q: a build reads only its source; fetch the base with a git source of its own", name, field, ref)
+		}
+		for _, lp := range localPaths(doc) {
+			if p := path.Join(d, lp.path); p == ".." || strings.HasPrefix(p, "../") {
+				return fmt.Errorf("%s: %s: path %q leaves the source's tree", name, lp.field, lp.path)
+			}
 		}
 		for _, key := range []string{"resources", "bases", "components"} {
 			refs, _ := doc[key].([]any)
@@ -115,4 +121,61 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// pathLists are the kustomization fields that list files or directories.
+var pathLists = []string{"resources", "bases", "components", "crds", "patchesStrategicMerge", "transformers", "generators", "validators", "configurations"}
+
+// localPath is a file or directory a kustomization names, and its field.
+type localPath struct{ field, path string }
+
+// localPaths lists the files and directories a kustomization reads: the
+// lists of pathLists, the path of patches, replacements and openapi, and
+// the files and env files of generators. kustomize resolves them in its
+// in-memory tree, where a path above the root would land back inside it
+// ("/../x" is "/x"), so checkHermetic refuses one that leaves the tree.
+func localPaths(doc map[string]any) []localPath {
+	var out []localPath
+	add := func(field string, v any) {
+		// An inline patch is YAML text, not a path.
+		if s, ok := v.(string); ok && s != "" && !strings.Contains(s, "\n") {
+			out = append(out, localPath{field, s})
+		}
+	}
+	for _, key := range pathLists {
+		l, _ := doc[key].([]any)
+		for i, v := range l {
+			add(key+"["+strconv.Itoa(i)+"]", v)
+		}
+	}
+	for _, key := range []string{"patches", "patchesJson6902", "replacements"} {
+		l, _ := doc[key].([]any)
+		for i, v := range l {
+			if m, ok := v.(map[string]any); ok {
+				add(key+"["+strconv.Itoa(i)+"].path", m["path"])
+			}
+		}
+	}
+	if m, ok := doc["openapi"].(map[string]any); ok {
+		add("openapi.path", m["path"])
+	}
+	for _, key := range []string{"configMapGenerator", "secretGenerator"} {
+		l, _ := doc[key].([]any)
+		for i, v := range l {
+			g, _ := v.(map[string]any)
+			at := key + "[" + strconv.Itoa(i) + "]"
+			add(at+".env", g["env"])
+			for _, f := range []string{"files", "envs"} {
+				fl, _ := g[f].([]any)
+				for j, e := range fl {
+					s, _ := e.(string)
+					if _, p, ok := strings.Cut(s, "="); ok && f == "files" {
+						s = p // key=path
+					}
+					add(at+"."+f+"["+strconv.Itoa(j)+"]", s)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -1,9 +1,12 @@
 // Package kustomize runs `kustomize build` over an in-memory file tree with
 // sigs.k8s.io/kustomize/api: the kustomize source of a ManifestSync and the
-// Starlark kustomize.build both use it. Remote bases, plugins and exec
-// functions are off, and a kustomization that refers to anything remote
-// (a git base, a URL) is refused before the build, so a build reads
-// nothing but the tree.
+// Starlark kustomize.build both use it, and git sources whose path holds a
+// kustomization. Remote bases, plugins and exec functions are off, and a
+// kustomization that refers to anything remote (a git base, a URL) or to
+// a path above the tree's root is refused before the build, so a build
+// reads nothing but the tree. Files outside a kustomization's directory
+// but inside the tree may be read, as Flux allows (kustomize's
+// --load-restrictor LoadRestrictionsNone).
 //
 // It is part of the language layer: the stdlib uses it, so it must not
 // import the engine.
@@ -14,6 +17,7 @@ import (
 	"path"
 
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -32,6 +36,10 @@ func Build(files map[string][]byte, dir string) ([]byte, error) {
 		}
 	}
 	opts := krusty.MakeDefaultOptions()
+	// As Flux builds: a kustomization may read files beside its directory
+	// (../common/ns.yaml), not only directories; the in-memory tree holds
+	// only the source, and checkHermetic refuses paths above its root.
+	opts.LoadRestrictions = types.LoadRestrictionsNone
 	// As the CLI: the kustomization's sortOptions, else the legacy order.
 	opts.Reorder = krusty.ReorderOptionUnspecified
 	k := krusty.MakeKustomizer(opts)

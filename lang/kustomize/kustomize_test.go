@@ -110,3 +110,32 @@ func TestBuildErrors(t *testing.T) {
 		t.Errorf("no kustomization: %v", err)
 	}
 }
+
+// A path above the tree's root is refused, wherever a kustomization
+// names one (kustomize's in-memory tree would take "/../base" for
+// "/base"); a file beside the kustomization's directory, inside the tree,
+// is read as Flux reads it.
+func TestBuildStaysInTree(t *testing.T) {
+	cm := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+	for _, tc := range []struct{ kustomization, want string }{
+		{"resources: [../../base]\n", `app/kustomization.yaml: resources[0]: path "../../base" leaves the source's tree`},
+		{"resources: [ok.yaml]\npatches:\n- path: ../../p.yaml\n", `patches[0].path: path "../../p.yaml" leaves`},
+		{"configMapGenerator:\n- name: g\n  files: [key=../../etc/passwd]\n", `configMapGenerator[0].files[0]: path "../../etc/passwd" leaves`},
+		{"secretGenerator:\n- name: g\n  envs: [../../.env]\n", `secretGenerator[0].envs[0]: path "../../.env" leaves`},
+	} {
+		files := map[string][]byte{"app/kustomization.yaml": []byte(tc.kustomization), "app/ok.yaml": cm, "base/kustomization.yaml": []byte("resources: [../app/ok.yaml]\n")}
+		if _, err := Build(files, "app"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.kustomization, err, tc.want)
+		}
+	}
+	// Through a base: the overlay is in the tree, its base reaches out.
+	files := map[string][]byte{"o/kustomization.yaml": []byte("resources: [../b]\n"), "b/kustomization.yaml": []byte("resources: [../../x]\n")}
+	if _, err := Build(files, "o"); err == nil || !strings.Contains(err.Error(), `b/kustomization.yaml: resources[0]: path "../../x" leaves`) {
+		t.Errorf("base leaving the tree: %v", err)
+	}
+	files = map[string][]byte{"app/kustomization.yaml": []byte("resources: [../common/cm.yaml]\n"), "common/cm.yaml": cm}
+	out, err := Build(files, "app")
+	if err != nil || !bytes.Contains(out, []byte("name: x")) {
+		t.Errorf("a file beside the kustomization: %s %v", out, err)
+	}
+}
