@@ -155,7 +155,9 @@ func normalize(o *unstructured.Unstructured, namespace string, scope Scope) erro
 	if _, err := schema.ParseGroupVersion(o.GetAPIVersion()); err != nil {
 		return fmt.Errorf("%s: apiVersion: %w", describe(o), err)
 	}
-	if o.GetName() == "" {
+	if o.GetName() == "" && !generatedHook(o) {
+		// A hook may be named by its generateName alone: each sync
+		// names it (NameHook).
 		return fmt.Errorf("%s: metadata.name must be set", describe(o))
 	}
 	namespaced, _ := scope(o.GroupVersionKind())
@@ -209,7 +211,11 @@ func checkNames(o *unstructured.Unstructured) error {
 	if !ok {
 		rule = apivalidation.NameIsDNSSubdomain
 	}
-	if msgs := rule(o.GetName(), false); len(msgs) > 0 {
+	if generatedHook(o) {
+		if msgs := rule(o.GetGenerateName(), true); len(msgs) > 0 {
+			return fmt.Errorf("%s: metadata.generateName: %s", describe(o), invalidName(o.GetGenerateName(), msgs))
+		}
+	} else if msgs := rule(o.GetName(), false); len(msgs) > 0 {
 		return fmt.Errorf("%s: metadata.name: %s", describe(o), invalidName(o.GetName(), msgs))
 	}
 	if ns := o.GetNamespace(); ns != "" {
@@ -277,6 +283,9 @@ func describe(o *unstructured.Unstructured) string {
 	id.Kind = cmp.Or(o.GetKind(), "object")
 	id.Namespace = printable(id.Namespace)
 	id.Name = cmp.Or(printable(id.Name), "(no name)")
+	if g := o.GetGenerateName(); o.GetName() == "" && g != "" {
+		id.Name = printable(g) + "*" // a hook, named by each sync
+	}
 	return id.String()
 }
 

@@ -15,17 +15,35 @@ import (
 // ascending order (the default is 0), pruned in descending order.
 const WaveAnnotation = "manifestsync.dev/wave"
 
-// WaveOf is obj's wave: the integer of its WaveAnnotation, 0 without one.
+// WaveOf is obj's wave: the integer of its WaveAnnotation; without one,
+// of Argo CD's ArgoWaveAnnotation; without either, of a Helm hook's
+// HelmHookWeightAnnotation; 0 without any.
 func WaveOf(obj *unstructured.Unstructured) (int, error) {
-	v, ok := obj.GetAnnotations()[WaveAnnotation]
-	if !ok {
-		return 0, nil
+	ann := obj.GetAnnotations()
+	for _, key := range []string{WaveAnnotation, ArgoWaveAnnotation, HelmHookWeightAnnotation} {
+		v, ok := ann[key]
+		if !ok {
+			continue
+		}
+		if _, helm := ann[HelmHookAnnotation]; key == HelmHookWeightAnnotation && !helm {
+			break // a weight means nothing on an object that is not a Helm hook
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return 0, fmt.Errorf("%s: annotation %s: %q is not an integer", v1alpha1.IDOf(obj), key, v)
+		}
+		return n, nil
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		return 0, fmt.Errorf("%s: annotation %s: %q is not an integer", v1alpha1.IDOf(obj), WaveAnnotation, v)
-	}
-	return n, nil
+	return 0, nil
+}
+
+// WaveOfAnnotations is the wave of an object with annotations ann, as
+// WaveOf reads it; an annotation that is not an integer counts as 0.
+func WaveOfAnnotations(ann map[string]string) int {
+	o := &unstructured.Unstructured{Object: map[string]any{}}
+	o.SetAnnotations(ann)
+	n, _ := WaveOf(o)
+	return n
 }
 
 // Wave is the objects of one wave, in apply order.
@@ -34,13 +52,20 @@ type Wave struct {
 	Objects []*unstructured.Unstructured
 }
 
-// Waves groups objs by wave, in ascending order. Inside a wave,
-// CustomResourceDefinitions come first, then Namespaces, then the rest in
-// their given order, so that the kinds and namespaces the others need
-// exist before them.
+// Waves groups the ordinary objects of objs by wave, in ascending order
+// (hooks, and the objects never applied, are left to PlanHooks). Inside a
+// wave, CustomResourceDefinitions come first, then Namespaces, then the
+// rest in their given order, so that the kinds and namespaces the others
+// need exist before them.
 func Waves(objs []*unstructured.Unstructured) ([]Wave, error) {
 	byWave := map[int][]*unstructured.Unstructured{}
 	for _, obj := range objs {
+		switch h, skip, err := HookOf(obj); {
+		case err != nil:
+			return nil, err
+		case h != nil || skip:
+			continue
+		}
 		n, err := WaveOf(obj)
 		if err != nil {
 			return nil, err
