@@ -360,19 +360,18 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 		if s.Kustomize == nil {
 			continue
 		}
-		given := given[s.Name]
-		if given != nil && !refsOnly(given) {
+		if snap := given[s.Name]; snap != nil {
 			// Given directly, e.g. overridden on the command line.
-			e.snaps[s.Name] = given
+			e.snaps[s.Name] = snap
 			continue
 		}
 		base := e.snaps[s.Kustomize.Source]
 		if base == nil {
 			return fmt.Errorf("source %q: kustomize source %q has no snapshot", s.Name, s.Kustomize.Source)
 		}
-		snap, err := buildKustomizeSource(&s, base, given)
+		snap, err := KustomizeBuild(base, s.Kustomize.Path)
 		if err != nil {
-			return err
+			return fmt.Errorf("source %q: %w", s.Name, err)
 		}
 		e.snaps[s.Name] = snap
 	}
@@ -389,7 +388,7 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 			e.objects = append(e.objects, setInputs(s.Name, snap)...)
 			continue
 		}
-		objs, err := e.sourceObjects(&s, snap)
+		objs, err := objectsOf(s.Name, snap, snap.Paths())
 		if err != nil {
 			return err
 		}
