@@ -1,0 +1,251 @@
+package importer
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// Why Flux fields have no equivalent; the same words for every object.
+const (
+	whyOCI           = "an OCIRepository is not a source of manifests here yet (issue 28 adds oci): nothing written for it"
+	whyBucket        = "a Bucket is not a source here: nothing written for it"
+	whyDecryption    = "no SOPS decryption yet (issue 28): the files are read as they are, encrypted"
+	whyKustomizeFile = "no equivalent on a ManifestSync: put it in a kustomization.yaml at the path (built as Flux builds it) or in a transform"
+	whyOneInterval   = "a ManifestSync has one interval, the Kustomization's or HelmRelease's (the git poll and the re-check); webhooks trigger a sync at once"
+)
+
+// kustomization converts a Flux Kustomization: its GitRepository becomes
+// a git source (named after it) at the Kustomization's path, built and
+// substituted as Flux builds it, and one target.
+func (in *inputs) kustomization(o *object, opts Options) (*Imported, error) {
+	ms := newSync(o.name, o.namespace)
+	im := &Imported{From: []string{o.String()}, Sync: ms}
+	kind := cmp.Or(o.str("spec.sourceRef.kind"), "GitRepository")
+	name := o.str("spec.sourceRef.name")
+	ns := cmp.Or(o.str("spec.sourceRef.namespace"), o.namespace)
+	o.get("spec.sourceRef.apiVersion")
+	src := in.lookup(fluxSourceGroup, kind, ns, name)
+	if src == nil {
+		return nil, o.errorf("spec.sourceRef", "names %s %s/%s, which is not among the objects given: give it too (its file, or --from-cluster)", kind, ns, name)
+	}
+	in.used[src.key()] = true
+	switch kind {
+	case "OCIRepository":
+		o.report("spec.sourceRef", whyOCI)
+		return in.skip(im, o), nil
+	case "Bucket":
+		o.report("spec.sourceRef", whyBucket)
+		return in.skip(im, o), nil
+	case "GitRepository":
+	default:
+		return nil, o.errorf("spec.sourceRef.kind", "%s is not a Flux source kind", kind)
+	}
+	g, gfind := in.gitRepository(src, o.namespace, o.str("spec.interval"))
+	p := cleanPath(o.str("spec.path"))
+	var b v1alpha1.Build
+	b.Substitute = o.stringMap("spec.postBuild.substitute")
+	for i, e := range o.list("spec.postBuild.substituteFrom") {
+		var r v1alpha1.SubstituteReference
+		if err := convert(e, &r); err != nil {
+			return nil, o.errorf(fmt.Sprintf("spec.postBuild.substituteFrom[%d]", i), "%v", err)
+		}
+		b.SubstituteFrom = append(b.SubstituteFrom, r)
+	}
+	gitName := dnsLabel(src.name, "repo")
+	repo := opts.Repos[g.URL]
+	switch {
+	case repo != nil && hasKustomization(repo, p):
+		// Built from the whole repository, as Flux builds it: the
+		// kustomization may name files above its path (../base).
+		k := &v1alpha1.KustomizeSource{Source: gitName, Path: p, Substitute: b.Substitute, SubstituteFrom: b.SubstituteFrom}
+		name := dnsLabel(o.name, "build")
+		if name == gitName {
+			name += "-build"
+		}
+		ms.Spec.Sources = []v1alpha1.Source{{Name: gitName, Git: g}, {Name: name, Kustomize: k}}
+	default:
+		if repo == nil {
+			o.report("spec.path", fmt.Sprintf("read as the subtree %s of the git source: a kustomization.yaml there is built, but may not name files above it (../base); give a checkout with --repo %s=DIR to have import check, and build such a kustomization over the whole repository", cmp.Or(p, "."), g.URL))
+		}
+		g.Path, g.Build = p, b
+		ms.Spec.Sources = []v1alpha1.Source{{Name: gitName, Git: g}}
+	}
+	in.common(o, ms, "spec.targetNamespace")
+	prune := o.boolean("spec.prune", false)
+	ms.Spec.Policy.Prune = &prune
+	switch p := o.str("spec.deletionPolicy"); p {
+	case "", "MirrorPrune":
+		if !prune { // Flux's default mirrors prune
+			ms.Spec.Policy.Deletion = v1alpha1.DeletionOrphan
+		}
+	case "WaitForTermination":
+		o.report("spec.deletionPolicy", "WaitForTermination is Delete here: the ManifestSync's deletion does not wait for its objects to be gone")
+		fallthrough
+	case "Delete":
+		ms.Spec.Policy.Deletion = v1alpha1.DeletionDelete
+	case "Orphan":
+		ms.Spec.Policy.Deletion = v1alpha1.DeletionOrphan
+	default:
+		o.report("spec.deletionPolicy", fmt.Sprintf("%q has no equivalent: policy.deletion is Delete or Orphan", p))
+	}
+	ms.Spec.Wait = o.boolean("spec.wait", false)
+	ms.Spec.Timeout = duration(o, "spec.timeout")
+	if ms.Spec.Timeout == nil && ms.Spec.Wait {
+		ms.Spec.Timeout = ms.Spec.Interval // Flux: the timeout defaults to the interval
+	}
+	for i, e := range o.list("spec.patches") {
+		var pt v1alpha1.Patch
+		if err := convert(e, &pt); err != nil {
+			return nil, o.errorf(fmt.Sprintf("spec.patches[%d]", i), "%v", err)
+		}
+		if strings.Contains(pt.Patch, "${") && (len(b.Substitute) > 0 || len(b.SubstituteFrom) > 0) {
+			o.report(fmt.Sprintf("spec.patches[%d]", i), "the patch holds ${...}: Flux substitutes after patching, a target's patches are applied after the substitution: put the patch in a kustomization.yaml at the path")
+		}
+		ms.Spec.Targets[0].Patches = append(ms.Spec.Targets[0].Patches, pt)
+	}
+	for i, e := range o.list("spec.healthCheckExprs") {
+		var h v1alpha1.HealthCheck
+		if err := convert(e, &h); err != nil {
+			return nil, o.errorf(fmt.Sprintf("spec.healthCheckExprs[%d]", i), "%v", err)
+		}
+		ms.Spec.HealthChecks = append(ms.Spec.HealthChecks, h)
+	}
+	o.drop("spec.healthChecks", "every object the ManifestSync applies is judged (with spec.wait); objects it does not apply cannot be awaited")
+	o.drop("spec.decryption", whyDecryption)
+	for _, f := range []string{"spec.images", "spec.namePrefix", "spec.nameSuffix", "spec.commonMetadata", "spec.components", "spec.ignoreMissingComponents", "spec.patchesStrategicMerge", "spec.patchesJson6902"} {
+		o.drop(f, whyKustomizeFile)
+	}
+	o.drop("spec.force", "no equivalent: an object whose immutable fields change is not recreated")
+	o.drop("spec.retryInterval", "the operator retries a failed sync with its own backoff")
+	o.leftovers("spec")
+	im.Findings = append(im.Findings, gfind...)
+	im.Findings = append(im.Findings, o.findings...)
+	return im, nil
+}
+
+// skip turns im into the findings of an object that gives no ManifestSync.
+func (in *inputs) skip(im *Imported, o *object) *Imported {
+	im.Sync = nil
+	im.Findings = o.findings
+	return im
+}
+
+// common maps what Kustomizations and HelmReleases share: interval,
+// suspend, serviceAccountName, dependsOn, kubeConfig, and the one target
+// (the namespace of field, empty keeping the objects' own).
+func (in *inputs) common(o *object, ms *v1alpha1.ManifestSync, nsField string) {
+	ms.Spec.Interval = duration(o, "spec.interval")
+	ms.Spec.Suspend = o.boolean("spec.suspend", false)
+	ms.Spec.ServiceAccountName = o.str("spec.serviceAccountName")
+	for i, e := range o.list("spec.dependsOn") {
+		m, _ := e.(map[string]any)
+		name, _ := m["name"].(string)
+		ns, _ := m["namespace"].(string)
+		if name == "" {
+			o.report(fmt.Sprintf("spec.dependsOn[%d]", i), "no name: left out")
+			continue
+		}
+		if _, ok := m["readyExpr"]; ok {
+			o.report(fmt.Sprintf("spec.dependsOn[%d].readyExpr", i), "no equivalent: a dependency is ready when its ManifestSync is Ready")
+		}
+		if ns == o.namespace {
+			ns = ""
+		}
+		ms.Spec.DependsOn = append(ms.Spec.DependsOn, v1alpha1.DependencyReference{Name: name, Namespace: ns})
+	}
+	t := v1alpha1.Target{Namespace: o.str(nsField)}
+	t.Name = targetName(t.Namespace)
+	if t.Namespace == "" {
+		t.Name = dnsLabel(o.name, "default")
+	}
+	if sec := o.str("spec.kubeConfig.secretRef.name"); sec != "" {
+		t.Cluster = &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: sec, Key: cmp.Or(o.str("spec.kubeConfig.secretRef.key"), "value")}}
+	}
+	o.drop("spec.kubeConfig.configMapRef", "no equivalent: a remote cluster is a kubeconfig in a Secret (targets[].cluster.kubeConfigSecretRef)")
+	ms.Spec.Targets = []v1alpha1.Target{t}
+}
+
+// gitRepository is the git source of a Flux GitRepository, for a
+// ManifestSync of namespace ns, and the findings of its fields.
+func (in *inputs) gitRepository(src *object, ns, interval string) (*v1alpha1.GitSource, []Finding) {
+	s := src.fresh()
+	g := &v1alpha1.GitSource{URL: s.str("spec.url")}
+	g.Ref.Branch = s.str("spec.ref.branch")
+	g.Ref.Tag = s.str("spec.ref.tag")
+	g.Ref.SemVer = s.str("spec.ref.semver")
+	g.Ref.Commit = s.str("spec.ref.commit")
+	if name := s.str("spec.ref.name"); name != "" {
+		switch {
+		case strings.HasPrefix(name, "refs/heads/"):
+			g.Ref.Branch = strings.TrimPrefix(name, "refs/heads/")
+		case strings.HasPrefix(name, "refs/tags/"):
+			g.Ref.Tag = strings.TrimPrefix(name, "refs/tags/")
+		default:
+			s.report("spec.ref.name", "no equivalent: a git source follows a branch, a tag, a semver range or a commit")
+		}
+	}
+	if sec := s.str("spec.secretRef.name"); sec != "" {
+		g.SecretRef = &v1alpha1.LocalObjectReference{Name: sec}
+		if src.namespace != ns {
+			s.report("spec.secretRef", fmt.Sprintf("the ManifestSync reads Secret %s from its own namespace %s, not %s: copy it there", sec, ns, src.namespace))
+		}
+	}
+	if i := s.str("spec.interval"); i != "" && i != interval {
+		s.report("spec.interval", whyOneInterval)
+	}
+	s.drop("spec.timeout", "the operator bounds a fetch itself")
+	s.drop("spec.ignore", "no equivalent: every YAML file under the path is read (a kustomization.yaml at the path chooses its resources)")
+	for _, f := range []string{"spec.include", "spec.recurseSubmodules", "spec.verify", "spec.proxySecretRef", "spec.provider", "spec.sparseCheckout"} {
+		s.drop(f, "no equivalent")
+	}
+	s.drop("spec.suspend", "the ManifestSync's suspend is the Kustomization's or HelmRelease's")
+	s.leftovers("spec")
+	return g, s.findings
+}
+
+// cleanPath is a Flux or Argo CD path inside a repository as a source
+// path: "./deploy/prod" is "deploy/prod", "./" is the root.
+func cleanPath(p string) string {
+	p = path.Clean("/" + p)
+	return strings.TrimPrefix(p, "/")
+}
+
+// convert decodes v (JSON-compatible values) into out, refusing unknown
+// fields.
+func convert(v any, out any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	return dec.Decode(out)
+}
+
+// rawValues is a Helm values map as a RawExtension (nil when empty).
+func rawValues(m map[string]any) *runtime.RawExtension {
+	if len(m) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(m)
+	return &runtime.RawExtension{Raw: raw}
+}
+
+// hasKustomization tells whether dir of a checkout holds a kustomization,
+// by the names kustomize looks for.
+func hasKustomization(repo fs.FS, dir string) bool {
+	for _, n := range []string{"kustomization.yaml", "kustomization.yml", "Kustomization"} {
+		if info, err := fs.Stat(repo, path.Join(cmp.Or(dir, "."), n)); err == nil && info.Mode().IsRegular() {
+			return true
+		}
+	}
+	return false
+}
