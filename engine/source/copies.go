@@ -63,7 +63,7 @@ func (l *Local) read(ctx context.Context, r *Resolver, src *v1alpha1.Source) (sn
 	}
 	if p, ok := l.overrides[src.Name]; ok {
 		dir, name := givenTree(p)
-		snap, err := l.readCopy(WorkTree{}, r, src, dir, name, p)
+		snap, err := l.readCopy(ctx, WorkTree{}, r, src, dir, name, p)
 		return snap, true, err
 	}
 	if src.Kustomize != nil {
@@ -75,7 +75,7 @@ func (l *Local) read(ctx context.Context, r *Resolver, src *v1alpha1.Source) (sn
 	}
 	name := filepath.Base(p)
 	// A copy is named from the sync file's directory, wherever eval runs.
-	snap, err = l.readCopy(l.tree, r, src, l.dir, name, name)
+	snap, err = l.readCopy(ctx, l.tree, r, src, l.dir, name, name)
 	return snap, true, err
 }
 
@@ -92,7 +92,7 @@ func (l *Local) Copy(name string) string {
 
 // readCopy reads src from name, a file or a directory inside dir of t,
 // shown as shown in a local revision.
-func (l *Local) readCopy(t Tree, r *Resolver, src *v1alpha1.Source, dir, name, shown string) (*engine.Snapshot, error) {
+func (l *Local) readCopy(ctx context.Context, t Tree, r *Resolver, src *v1alpha1.Source, dir, name, shown string) (*engine.Snapshot, error) {
 	var (
 		snap *engine.Snapshot
 		err  error
@@ -105,8 +105,16 @@ func (l *Local) readCopy(t Tree, r *Resolver, src *v1alpha1.Source, dir, name, s
 	if err != nil {
 		return nil, &LocalError{fmt.Errorf("source %q: %w", src.Name, err)}
 	}
-	if src.Git != nil {
+	if src.Git != nil || src.Helm != nil {
 		snap.Revision = LocalPrefix + filepath.ToSlash(shown) + "@" + snap.Revision
+	}
+	if src.Helm != nil && snap.Files != nil {
+		// A chart's copy gets the dependencies its Chart.lock pins and
+		// its charts/ lacks, as the chart would.
+		if r.Helm == nil {
+			return nil, fmt.Errorf("source %q: %w", src.Name, ErrHelmNotWired)
+		}
+		return r.Helm.FetchHelm(ctx, src.Name, *src.Helm, snap)
 	}
 	return snap, nil
 }

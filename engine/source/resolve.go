@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -26,6 +30,9 @@ type Resolver struct {
 	Namespace string
 	// Git fetches git sources; nil fails them with ErrGitNotWired.
 	Git GitFetcher
+	// Helm fetches the charts of helm sources, and the dependencies of a
+	// chart in another source; nil fails them with ErrHelmNotWired.
+	Helm HelmFetcher
 	// Objects gives the reader of an object or object set source. It is
 	// asked per source, so that a source may read another cluster than
 	// its neighbours. Nil fails those sources.
@@ -45,6 +52,14 @@ type GitFetcher interface {
 	FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error)
 }
 
+// HelmFetcher fetches a helm source (package source/helm says what its
+// snapshot holds): of the chart form when dir is nil, else of the source
+// form, dir being the chart's directory in the source it names, whose
+// dependencies are added. Its errors name the source.
+type HelmFetcher interface {
+	FetchHelm(ctx context.Context, name string, src v1alpha1.HelmSource, dir *engine.Snapshot) (*engine.Snapshot, error)
+}
+
 // An ObjectReader reads objects of a cluster for object and object set
 // sources. The operator implements it over its caches, as the
 // ManifestSync's service account, within the allow-list; its errors name
@@ -60,6 +75,9 @@ type ObjectReader interface {
 // ErrGitNotWired is the error of a git source without a GitFetcher.
 var ErrGitNotWired = errors.New("git sources are not wired yet")
 
+// ErrHelmNotWired is the error of a helm source without a HelmFetcher.
+var ErrHelmNotWired = errors.New("helm sources are not wired")
+
 // Error is the failure to read spec.sources[Index]. Its message names the
 // source.
 type Error struct {
@@ -74,27 +92,60 @@ func (e *Error) Unwrap() error { return e.Err }
 // Resolve returns the snapshot of every source but kustomize sources, by
 // name, with the refs each reads (see readRefs: a kustomize source that
 // reads refs gets a snapshot of them alone). The first source that fails
-// stops it with an *Error.
+// stops it with an *Error. A helm source of the source form is read after
+// the source it names.
 func (r *Resolver) Resolve(ctx context.Context, sources []v1alpha1.Source) (map[string]*engine.Snapshot, error) {
 	snaps := map[string]*engine.Snapshot{}
+	var later []int // helm sources of the source form
 	for i := range sources {
-		src := &sources[i]
-		snap, err := r.resolve(ctx, src)
-		if err == nil {
-			snap, err = r.readRefs(ctx, src, snap)
+		if h := sources[i].Helm; h != nil && h.Source != "" {
+			later = append(later, i)
+			continue
 		}
-		if err != nil {
-			return nil, &Error{Index: i, Name: src.Name, Err: err}
+		if err := r.resolveInto(ctx, snaps, i, &sources[i]); err != nil {
+			return nil, err
 		}
-		if snap != nil {
-			snaps[src.Name] = snap
+	}
+	// A chart may live in another helm source's files: read each once the
+	// source it names is read.
+	for len(later) > 0 {
+		var next []int
+		for _, i := range later {
+			if slices.ContainsFunc(later, func(j int) bool { return sources[j].Name == sources[i].Helm.Source }) {
+				next = append(next, i)
+				continue
+			}
+			if err := r.resolveInto(ctx, snaps, i, &sources[i]); err != nil {
+				return nil, err
+			}
 		}
+		if len(next) == len(later) {
+			i := next[0]
+			return nil, &Error{Index: i, Name: sources[i].Name, Err: fmt.Errorf("source %q: helm sources name each other in a cycle", sources[i].Name)}
+		}
+		later = next
 	}
 	return snaps, nil
 }
 
-// resolve reads one source: nil, nil for a kustomize source.
-func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source) (*engine.Snapshot, error) {
+// resolveInto reads sources[i], src, and its refs into snaps.
+func (r *Resolver) resolveInto(ctx context.Context, snaps map[string]*engine.Snapshot, i int, src *v1alpha1.Source) error {
+	snap, err := r.resolve(ctx, src, snaps)
+	if err == nil {
+		snap, err = r.readRefs(ctx, src, snap)
+	}
+	if err != nil {
+		return &Error{Index: i, Name: src.Name, Err: err}
+	}
+	if snap != nil {
+		snaps[src.Name] = snap
+	}
+	return nil
+}
+
+// resolve reads one source: nil, nil for a kustomize source. snaps are
+// the sources read before it.
+func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source, snaps map[string]*engine.Snapshot) (*engine.Snapshot, error) {
 	if r.Local != nil {
 		snap, ok, err := r.Local.read(ctx, r, src)
 		if ok || err != nil {
@@ -109,11 +160,13 @@ func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source) (*engine.S
 		kind = "objects"
 	case src.Git != nil:
 		kind = "git"
+	case src.Helm != nil:
+		kind = "helm"
 	default:
 		return nil, nil
 	}
 	start := time.Now()
-	snap, err := r.read(ctx, src)
+	snap, err := r.read(ctx, src, snaps)
 	if r.Observe != nil {
 		r.Observe(src, kind, time.Since(start), err)
 	}
@@ -121,9 +174,12 @@ func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source) (*engine.S
 }
 
 // read reads src through its provider.
-func (r *Resolver) read(ctx context.Context, src *v1alpha1.Source) (*engine.Snapshot, error) {
-	if src.Git != nil {
+func (r *Resolver) read(ctx context.Context, src *v1alpha1.Source, snaps map[string]*engine.Snapshot) (*engine.Snapshot, error) {
+	switch {
+	case src.Git != nil:
 		return r.fetchGit(ctx, src.Name, *src.Git)
+	case src.Helm != nil:
+		return r.fetchHelm(ctx, src.Name, *src.Helm, snaps)
 	}
 	snap, err := r.readObjects(ctx, src)
 	if err != nil {
@@ -137,6 +193,58 @@ func (r *Resolver) fetchGit(ctx context.Context, name string, g v1alpha1.GitSour
 		return nil, fmt.Errorf("source %q: %w", name, ErrGitNotWired)
 	}
 	return r.Git.FetchGit(ctx, name, g)
+}
+
+// fetchHelm reads a helm source: the chart through the HelmFetcher, or,
+// for the source form, the chart's directory in the source it names,
+// whose dependencies the HelmFetcher adds.
+func (r *Resolver) fetchHelm(ctx context.Context, name string, h v1alpha1.HelmSource, snaps map[string]*engine.Snapshot) (*engine.Snapshot, error) {
+	if r.Helm == nil {
+		return nil, fmt.Errorf("source %q: %w", name, ErrHelmNotWired)
+	}
+	if h.Source == "" {
+		return r.Helm.FetchHelm(ctx, name, h, nil)
+	}
+	dir, err := chartDir(snaps[h.Source], h)
+	if err != nil {
+		return nil, fmt.Errorf("source %q: helm: %w", name, err)
+	}
+	return r.Helm.FetchHelm(ctx, name, h, dir)
+}
+
+// chartDir is the subtree h.Path of from, the snapshot of the source
+// h.Source names, which must hold a Chart.yaml.
+func chartDir(from *engine.Snapshot, h v1alpha1.HelmSource) (*engine.Snapshot, error) {
+	if from == nil {
+		return nil, fmt.Errorf("source %q: no such source with files (a git, helm or local source)", h.Source)
+	}
+	if from.Files == nil {
+		return nil, fmt.Errorf("source %q: holds objects, not files: a chart is read from a git or helm source", h.Source)
+	}
+	dir := path.Clean("/" + h.Path)[1:] // "" for the whole source; never leaves it
+	if h.Path != "" && strings.Contains("/"+h.Path+"/", "/../") {
+		return nil, fmt.Errorf("path %q: leaves source %q", h.Path, h.Source)
+	}
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	files := map[string][]byte{}
+	for p, b := range from.Files {
+		if rel, ok := strings.CutPrefix(p, prefix); ok {
+			files[rel] = b
+		}
+	}
+	if files["Chart.yaml"] == nil {
+		return nil, fmt.Errorf("%s: no Chart.yaml in source %q", from.FileName(h.Source, path.Join(dir, "Chart.yaml")), h.Source)
+	}
+	origin := ""
+	if from.Origin != "" && dir != "" {
+		origin = filepath.Join(from.Origin, filepath.FromSlash(dir))
+	} else if from.Origin != "" {
+		origin = from.Origin
+	}
+	return &engine.Snapshot{Revision: from.Revision, Files: files, Time: from.Time, Origin: origin, Pending: from.Pending}, nil
 }
 
 // readObjects reads an object or object set source through its reader.

@@ -117,21 +117,12 @@ type flight struct {
 }
 
 // ErrPending is what a *PendingError is.
-var ErrPending = errors.New("fetch in progress")
+var ErrPending = source.ErrPending
 
 // PendingError says that the server did not answer within Options.Wait;
-// the fetch goes on, and Done is closed when it ends.
-type PendingError struct {
-	Done <-chan struct{}
-	wait time.Duration
-}
-
-func (e *PendingError) Error() string {
-	return fmt.Sprintf("%s: not done within %s; retried when it ends", ErrPending, e.wait)
-}
-
-// Is makes errors.Is(err, ErrPending) hold.
-func (e *PendingError) Is(target error) bool { return target == ErrPending }
+// the fetch goes on, and Done is closed when it ends. It is the one of
+// every provider that fetches in the background (source.PendingError).
+type PendingError = source.PendingError
 
 // New returns a Fetcher with an empty cache.
 func New(opts Options) *Fetcher {
@@ -244,7 +235,7 @@ func (f *Fetcher) await(ctx context.Context, j *job) (*engine.Snapshot, error) {
 			stale.Pending = fl.done
 			return stale, nil
 		}
-		return nil, &PendingError{Done: fl.done, wait: f.opts.Wait}
+		return nil, &PendingError{Done: fl.done, Wait: f.opts.Wait}
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}

@@ -1,0 +1,364 @@
+package helm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+func files(m map[string]string) map[string][]byte {
+	out := map[string][]byte{}
+	for k, v := range m {
+		out[k] = []byte(v)
+	}
+	return out
+}
+
+func sameFiles(t *testing.T, got map[string][]byte, want map[string]string) {
+	t.Helper()
+	if !maps.EqualFunc(got, files(want), func(a, b []byte) bool { return string(a) == string(b) }) {
+		t.Fatalf("files:\n%v\nwant:\n%v", keys(got), want)
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A repository's index is asked with a conditional request: 100 unchanged
+// polls are 100 answers 304, with no index body and no chart; the version
+// is the newest the range matches (prereleases left out); a new version
+// within the range is picked up at the next poll; a second source of the
+// same chart downloads nothing.
+func TestRepositoryUnchangedPollsDownloadNothing(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0-rc.1"} {
+		repo.Add("demo", v, helmtest.Package("demo", helmtest.Chart("demo", v, nil)))
+	}
+	want := helmtest.Package("demo", helmtest.Chart("demo", "1.1.0", nil))
+	f := helm.New(helm.Options{})
+	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}
+	ctx := context.Background()
+	snap, err := f.Fetch(ctx, "app", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantRev := "demo@1.1.0@" + helmtest.Digest(want); snap.Revision != wantRev {
+		t.Fatalf("revision %s, want %s", snap.Revision, wantRev)
+	}
+	sameFiles(t, snap.Files, helmtest.Chart("demo", "1.1.0", nil))
+	if !snap.Time.IsZero() {
+		t.Errorf("time %v, want zero", snap.Time)
+	}
+	for range 100 {
+		again, err := f.Fetch(ctx, "app", src, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Revision != snap.Revision {
+			t.Fatalf("revision moved to %s", again.Revision)
+		}
+	}
+	if b, nm, c := repo.IndexBodies.Load(), repo.NotModified.Load(), repo.Charts.Load(); b != 1 || nm != 100 || c != 1 {
+		t.Fatalf("101 polls: %d index bodies, %d answers 304, %d charts; want 1, 100, 1", b, nm, c)
+	}
+	downloads, hits, bytes, _ := f.Stats()
+	t.Logf("101 polls: %d requests (1 index body, 100 answers 304), %d chart download, %d cache hits, %d bytes cached", repo.Requests.Load(), downloads, hits, bytes)
+
+	// Another source of the same chart and range: nothing downloaded.
+	other, err := f.Fetch(ctx, "other", src, nil)
+	if err != nil || other.Revision != snap.Revision {
+		t.Fatalf("other source: %v, %v", other, err)
+	}
+	if c := repo.Charts.Load(); c != 1 {
+		t.Fatalf("%d charts downloaded for a second source, want 1", c)
+	}
+
+	repo.Add("demo", "1.2.0", helmtest.Package("demo", helmtest.Chart("demo", "1.2.0", nil)))
+	next, err := f.Fetch(ctx, "app", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(next.Revision, "demo@1.2.0@sha256:") {
+		t.Fatalf("after 1.2.0 was published: revision %s", next.Revision)
+	}
+	if b, c := repo.IndexBodies.Load(), repo.Charts.Load(); b != 2 || c != 2 {
+		t.Fatalf("after a new version: %d index bodies, %d charts; want 2, 2", b, c)
+	}
+
+	// An exact prerelease is found; "no range" is the newest stable.
+	pre, err := f.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "demo", Version: "2.0.0-rc.1", Repository: repo.URL, Insecure: true}, nil)
+	if err != nil || !strings.HasPrefix(pre.Revision, "demo@2.0.0-rc.1@") {
+		t.Fatalf("exact prerelease: %v, %v", pre, err)
+	}
+	newest, err := f.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}, nil)
+	if err != nil || !strings.HasPrefix(newest.Revision, "demo@1.2.0@") {
+		t.Fatalf("no range: %v, %v", newest, err)
+	}
+}
+
+// The CLI's cache on disk serves a second process (a new Fetcher): the
+// index is asked with the validators kept, the chart is read from disk.
+func TestDiskCacheServesTheNextProcess(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	repo.AddWithoutDigest("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	dir := t.TempDir()
+	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
+	first, err := helm.New(helm.Options{CacheDir: dir}).Fetch(context.Background(), "app", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := helm.New(helm.Options{CacheDir: dir})
+	second, err := f.Fetch(context.Background(), "app", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Revision != second.Revision {
+		t.Fatalf("revisions %s and %s", first.Revision, second.Revision)
+	}
+	// Without a digest in the index the archive is fetched again (its
+	// digest is not known before), once per process.
+	if b, nm := repo.IndexBodies.Load(), repo.NotModified.Load(); b != 1 || nm != 1 {
+		t.Fatalf("%d index bodies, %d answers 304; want 1, 1", b, nm)
+	}
+}
+
+// Credentials go as basic auth; a wrong password is "unauthorized" naming
+// the repository, and neither password shows, nor the server's page.
+func TestRepositoryCredentials(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	repo.RequireAuth("robot", "right-password-123")
+	f := helm.New(helm.Options{})
+	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true, SecretRef: &v1alpha1.LocalObjectReference{Name: "creds"}}
+	creds := func(secret map[string][]byte) helm.Credentials {
+		return func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
+			return helm.FromSecretData(secret), nil
+		}
+	}
+	p := helm.Provider{Fetcher: f, Credentials: creds(map[string][]byte{"username": []byte("robot"), "password": []byte("right-password-123")})}
+	if _, err := p.FetchHelm(context.Background(), "app", src, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.Credentials = creds(map[string][]byte{"username": []byte("robot"), "password": []byte("wrong-password-456")})
+	_, err := p.FetchHelm(context.Background(), "app", src, nil)
+	if !errors.Is(err, helm.ErrUnauthorized) {
+		t.Fatalf("wrong password: %v, want unauthorized", err)
+	}
+	msg := err.Error()
+	t.Logf("a wrong password: %s", msg)
+	for _, leak := range []string{"right-password-123", "wrong-password-456", "no entry"} {
+		if strings.Contains(msg, leak) {
+			t.Errorf("error shows %q: %s", leak, msg)
+		}
+	}
+	if !strings.Contains(msg, repo.URL) || !strings.Contains(msg, `source "app"`) || !strings.Contains(msg, "demo") {
+		t.Errorf("error does not name the source, chart and repository: %s", msg)
+	}
+	// No credentials over plain http to a host other than loopback.
+	_, err = p.FetchHelm(context.Background(), "app", v1alpha1.HelmSource{Chart: "demo", Repository: "http://charts.example.com", Insecure: true, SecretRef: src.SecretRef}, nil)
+	if err == nil || !strings.Contains(err.Error(), "plain http") {
+		t.Fatalf("credentials over plain http: %v", err)
+	}
+}
+
+// What a hostile or broken repository gets: a clear error naming the
+// source, chart and repository, and nothing more.
+func TestRepositoryRefusals(t *testing.T) {
+	ctx := context.Background()
+	fetch := func(t *testing.T, opts helm.Options, repo *helmtest.Repo, chart, version string) error {
+		t.Helper()
+		_, err := helm.New(opts).Fetch(ctx, "app", v1alpha1.HelmSource{Chart: chart, Version: version, Repository: repo.URL, Insecure: true}, nil)
+		if err == nil {
+			t.Fatal("fetched")
+		}
+		t.Logf("%s", err)
+		if !strings.Contains(err.Error(), repo.URL) || !strings.Contains(err.Error(), chart) {
+			t.Errorf("error does not name the repository and chart: %v", err)
+		}
+		return err
+	}
+	archive := func(entries ...helmtest.Entry) *helmtest.Repo {
+		repo := helmtest.NewRepo(t)
+		repo.Add("evil", "1.0.0", helmtest.Archive(append([]helmtest.Entry{
+			{Name: "evil/Chart.yaml", Data: "apiVersion: v2\nname: evil\nversion: 1.0.0\n"},
+		}, entries...)))
+		return repo
+	}
+	t.Run("escape", func(t *testing.T) {
+		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/../../etc/cron.d/x", Data: "x"}), "evil", "")
+		if !strings.Contains(err.Error(), "leaves the chart directory") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("symlink", func(t *testing.T) {
+		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/templates/x.yaml", Type: '2', Link: "/etc/passwd"}), "evil", "")
+		if !strings.Contains(err.Error(), "a link, refused") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("device", func(t *testing.T) {
+		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/templates/zero", Type: '3'}), "evil", "")
+		if !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("another directory", func(t *testing.T) {
+		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "other/x.yaml", Data: "x"}), "evil", "")
+		if !strings.Contains(err.Error(), "outside the chart directory") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("not a chart", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		repo.Add("evil", "1.0.0", helmtest.Archive([]helmtest.Entry{{Name: "evil/values.yaml", Data: "a: 1\n"}}))
+		if err := fetch(t, helm.Options{}, repo, "evil", ""); !strings.Contains(err.Error(), "not a valid chart") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("archive over the limit", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		repo.Add("big", "1.0.0", helmtest.Package("big", helmtest.Chart("big", "1.0.0", map[string]string{"x.txt": randomText(64 << 10)})))
+		if err := fetch(t, helm.Options{MaxChartBytes: 16 << 10}, repo, "big", ""); !errors.Is(err, helm.ErrLimit) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("unpacked over the limit", func(t *testing.T) {
+		repo := helmtest.NewRepo(t) // 8 MiB of zeros: a few kB packed
+		repo.Add("bomb", "1.0.0", helmtest.Package("bomb", helmtest.Chart("bomb", "1.0.0", map[string]string{"zeros": strings.Repeat("\x00", 8<<20)})))
+		if err := fetch(t, helm.Options{Limits: source.Limits{MaxBytes: 1 << 20}}, repo, "bomb", ""); !errors.Is(err, helm.ErrLimit) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("too many files", func(t *testing.T) {
+		extra := map[string]string{}
+		for i := range 50 {
+			extra[fmt.Sprintf("files/%d", i)] = "x"
+		}
+		repo := helmtest.NewRepo(t)
+		repo.Add("many", "1.0.0", helmtest.Package("many", helmtest.Chart("many", "1.0.0", extra)))
+		if err := fetch(t, helm.Options{Limits: source.Limits{MaxFiles: 20}}, repo, "many", ""); !errors.Is(err, helm.ErrLimit) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("nested archives", func(t *testing.T) {
+		inner := helmtest.Package("c", helmtest.Chart("c", "1.0.0", nil))
+		for _, n := range []string{"b", "a"} {
+			inner = helmtest.Package(n, helmtest.Chart(n, "1.0.0", map[string]string{"charts/x.tgz": string(inner)}))
+		}
+		repo := helmtest.NewRepo(t)
+		repo.Add("a", "1.0.0", inner)
+		if err := fetch(t, helm.Options{MaxDepth: 1}, repo, "a", ""); !errors.Is(err, helm.ErrLimit) || !strings.Contains(err.Error(), "nested") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("index over the limit", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		for i := range 200 {
+			repo.Add("demo", fmt.Sprintf("1.0.%d", i), []byte("x"))
+		}
+		if err := fetch(t, helm.Options{MaxIndexBytes: 4 << 10}, repo, "demo", ""); !errors.Is(err, helm.ErrLimit) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("no such chart", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+		if err := fetch(t, helm.Options{}, repo, "nothere", ""); !errors.Is(err, helm.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if err := fetch(t, helm.Options{}, repo, "demo", "^3"); !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), `"^3"`) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("not a repository", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		repo.Serve(http.NotFoundHandler())
+		if err := fetch(t, helm.Options{}, repo, "demo", ""); !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), "index.yaml") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("digest mismatch", func(t *testing.T) {
+		repo := helmtest.NewRepo(t)
+		repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+		repo.Tamper("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", map[string]string{"values.yaml": "greeting: evil\n"})))
+		if err := fetch(t, helm.Options{}, repo, "demo", ""); !strings.Contains(err.Error(), "digest") {
+			t.Fatal(err)
+		}
+	})
+	t.Run("never answers", func(t *testing.T) {
+		repo := hangingRepo(t)
+		start := time.Now()
+		err := fetch(t, helm.Options{Timeout: time.Second}, repo, "demo", "")
+		if took := time.Since(start); !strings.Contains(err.Error(), "timed out") || took > 30*time.Second {
+			t.Fatalf("after %s: %v", took, err)
+		}
+	})
+}
+
+// With Wait, a caller is not held by a server that does not answer: it
+// gets a *source.PendingError whose Done closes when the fetch ends (at
+// its Timeout), and the next caller gets the fetch's result.
+func TestSlowRepositoryDoesNotHoldTheCaller(t *testing.T) {
+	repo := hangingRepo(t)
+	f := helm.New(helm.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
+	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), "app", src, nil)
+	pe, ok := errors.AsType[*source.PendingError](err)
+	if !ok {
+		t.Fatalf("got %v, want a *source.PendingError", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("held the caller %s", took)
+	}
+	select {
+	case <-pe.Done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fetch did not end by its timeout")
+	}
+	if _, err := f.Fetch(context.Background(), "app", src, nil); err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("after the fetch ended: %v", err)
+	}
+}
+
+// hangingRepo is a repository that accepts requests and never answers,
+// until the client gives up or the test ends.
+func hangingRepo(t *testing.T) *helmtest.Repo {
+	repo := helmtest.NewRepo(t)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	repo.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	return repo
+}
+
+func randomText(n int) string {
+	b := make([]byte, n)
+	x := uint32(2463534242)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = 'a' + byte(x%26)
+	}
+	return string(b)
+}
