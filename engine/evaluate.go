@@ -360,18 +360,19 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 		if s.Kustomize == nil {
 			continue
 		}
-		if snap := given[s.Name]; snap != nil {
+		given := given[s.Name]
+		if given != nil && !refsOnly(given) {
 			// Given directly, e.g. overridden on the command line.
-			e.snaps[s.Name] = snap
+			e.snaps[s.Name] = given
 			continue
 		}
 		base := e.snaps[s.Kustomize.Source]
 		if base == nil {
 			return fmt.Errorf("source %q: kustomize source %q has no snapshot", s.Name, s.Kustomize.Source)
 		}
-		snap, err := KustomizeBuild(base, s.Kustomize.Path)
+		snap, err := buildKustomizeSource(&s, base, given)
 		if err != nil {
-			return fmt.Errorf("source %q: %w", s.Name, err)
+			return err
 		}
 		e.snaps[s.Name] = snap
 	}
@@ -388,7 +389,7 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 			e.objects = append(e.objects, setInputs(s.Name, snap)...)
 			continue
 		}
-		objs, err := objectsOf(s.Name, snap, snap.Paths())
+		objs, err := e.sourceObjects(&s, snap)
 		if err != nil {
 			return err
 		}

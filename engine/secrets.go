@@ -2,12 +2,15 @@ package engine
 
 import (
 	"bytes"
+	"encoding/base64"
+	"strings"
 
 	"github.com/manifestsync/manifestsync/engine/redact"
 )
 
 // SnapshotRedactor knows the Secret values of the snapshots: Secrets read
-// by object and object set sources, and Secrets in the sources' manifest
+// by object and object set sources, the values of the Secrets a source's
+// refs read (decoded, and as written), and Secrets in the sources' manifest
 // files, including those of sources that contribute only through a
 // kustomize build (scripts can still read their files).
 func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
@@ -21,6 +24,13 @@ func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
 		}
 		for _, o := range s.Objects {
 			red.AddObject(o)
+		}
+		for key, data := range s.Refs {
+			if strings.HasPrefix(key, "Secret/") {
+				for _, v := range data {
+					red.Add(v, base64.StdEncoding.EncodeToString([]byte(v)))
+				}
+			}
 		}
 		for p, data := range s.Files {
 			if !isManifestFile(p) || !bytes.Contains(data, []byte("Secret")) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 var update = flag.Bool("update", false, "rewrite the out/ files of testdata/*.txtar")
@@ -25,6 +27,8 @@ var update = flag.Bool("update", false, "rewrite the out/ files of testdata/*.tx
 //	-- NAME/PATH --          a file of source NAME
 //	-- NAME.yaml --          the object of object source NAME, or the
 //	                         objects object set source NAME selects from
+//	-- refs/NAME.yaml --     the ConfigMap or Secret NAME a source's
+//	                         substituteFrom (or valuesFrom) reads
 //	-- out/TARGET.yaml --    what target TARGET gets
 //	-- out/TARGET.error --   why target TARGET failed
 //	-- out/error --          why the whole evaluation failed
@@ -129,6 +133,11 @@ func evaluateArchive(t *testing.T, ar *txtar.Archive) map[string]string {
 			snaps[s.Name] = &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}
 		}
 	}
+	for _, s := range sf.Sync.Spec.Sources {
+		if err := readRefs(&s, snaps, byName); err != nil {
+			return map[string]string{"out/error": err.Error() + "\n"}
+		}
+	}
 	opts := engine.Options{}
 	if nss, ok := byName["namespaces.yaml"]; ok {
 		if err := yaml.Unmarshal(nss, &opts.Namespaces); err != nil {
@@ -177,4 +186,40 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// readRefs gives the snapshot of s the refs it reads from refs/NAME.yaml,
+// as source.Resolver does (a kustomize source gets a snapshot of refs
+// alone); one without a file is missing.
+func readRefs(s *v1alpha1.Source, snaps map[string]*engine.Snapshot, byName map[string][]byte) error {
+	refs := source.RefsOf(s)
+	if len(refs) == 0 {
+		return nil
+	}
+	data := map[string]map[string]string{}
+	for _, ref := range refs {
+		b, ok := byName["refs/"+ref.Name+".yaml"]
+		if !ok {
+			if ref.Optional {
+				continue
+			}
+			return fmt.Errorf("source %q: %s: not found", s.Name, ref.Key())
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(b, &obj); err != nil {
+			return err
+		}
+		m, err := source.RefData(obj)
+		if err != nil {
+			return err
+		}
+		data[ref.Key()] = m
+	}
+	snap := snaps[s.Name]
+	if snap == nil {
+		snap = &engine.Snapshot{Revision: "refs"}
+		snaps[s.Name] = snap
+	}
+	snap.Refs = data
+	return nil
 }

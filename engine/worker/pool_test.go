@@ -156,6 +156,7 @@ func TestPoolMatchesInProcess(t *testing.T) {
 		"limit":        {inlineSpec("def main(ctx):\n    for i in range(1 << 30):\n        pass\n"), engine.Options{Limits: limits(1000)}},
 		"collision":    {collidingSpec(), engine.Options{}},
 		"secret":       {inlineSpec(secretScript), engine.Options{}},
+		"substitute":   {substituteSpec(), engine.Options{}},
 		// A remote target's selector matches its own cluster's
 		// namespaces, which the worker must be given too.
 		"remote selector": {remoteSelectorSpec(), engine.Options{

@@ -79,6 +79,8 @@ type wireSnapshot struct {
 	Objects  []map[string]any  `json:"objects,omitempty"`
 	Time     time.Time         `json:"time"`
 	Origin   string            `json:"origin,omitempty"`
+	// Refs are the ConfigMaps and Secrets the source read (Snapshot.Refs).
+	Refs map[string]map[string]string `json:"refs,omitempty"`
 }
 
 type evalResponse struct {
@@ -151,7 +153,7 @@ func toWireSnapshot(s *engine.Snapshot) *wireSnapshot {
 	if s == nil {
 		return nil
 	}
-	w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Time: s.Time, Origin: s.Origin}
+	w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Time: s.Time, Origin: s.Origin, Refs: s.Refs}
 	if s.Object != nil {
 		w.Object, _ = exact(s.Object).(map[string]any)
 	}
@@ -168,7 +170,7 @@ func fromWireSnapshot(w *wireSnapshot) *engine.Snapshot {
 	if w == nil {
 		return nil
 	}
-	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Time: w.Time, Origin: w.Origin}
+	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Time: w.Time, Origin: w.Origin, Refs: w.Refs}
 	if w.Object != nil {
 		s.Object, _ = numbers(w.Object).(map[string]any)
 	}

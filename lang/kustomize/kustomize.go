@@ -60,3 +60,14 @@ func display(dir string) string {
 	}
 	return dir[1:]
 }
+
+// HasKustomization tells whether dir of files holds a kustomization, by
+// the names kustomize looks for.
+func HasKustomization(files map[string][]byte, dir string) bool {
+	for _, n := range kustomizationNames {
+		if _, ok := files[path.Join(dir, n)]; ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,24 @@
+package worker
+
+import (
+	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// substituteSpec is a git source substituted from a Secret ref: the refs
+// cross to the worker, and the parent's redactor learns their values.
+func substituteSpec() engine.Spec {
+	files := map[string][]byte{"cm.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {pw: \"${password}\"}\n")}
+	return engine.Spec{
+		Sync: &v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "https://example.com/app.git",
+				Build: v1alpha1.Build{SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "Secret", Name: "creds"}}}}}},
+			Targets: []v1alpha1.Target{{Name: "dev", Namespace: "dev"}},
+		},
+		Snapshots: map[string]*engine.Snapshot{"app": {
+			Revision: "refs:sha256:0@main@sha1:0123456",
+			Files:    files,
+			Refs:     map[string]map[string]string{"Secret/creds": {"password": "a-password-of-the-secret"}},
+		}},
+	}
+}
