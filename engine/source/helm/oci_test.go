@@ -1,0 +1,147 @@
+package helm_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// counted is a proxy in front of a registry that counts requests by kind:
+// "HEAD manifests", "GET tags", "GET blobs", ...
+type counted struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *counted) get(kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[kind]
+}
+
+func (c *counted) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = map[string]int{}
+}
+
+func countingProxy(t *testing.T, target string) (string, *counted) {
+	t.Helper()
+	u, _ := url.Parse("http://" + target)
+	c := &counted{counts: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := "other"
+		for _, k := range []string{"manifests", "tags", "blobs"} {
+			if strings.Contains(r.URL.Path, "/"+k+"/") {
+				kind = k
+			}
+		}
+		c.mu.Lock()
+		c.counts[r.Method+" "+kind]++
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), c
+}
+
+// The same chart archive from Debian's docker-registry over OCI and from a
+// chart repository gives the same files and revision (the digest of the
+// archive); a range picks the newest tag; an unchanged poll is one tag
+// listing and one manifest HEAD, no blob; an exact version lists no tags.
+func TestOCIChartIsTheRepositorysChart(t *testing.T) {
+	registry := helmtest.StartRegistry(t)
+	host, count := countingProxy(t, registry)
+	archives := map[string][]byte{}
+	repo := helmtest.NewRepo(t)
+	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0-rc.1"} {
+		archives[v] = helmtest.Package("demo", helmtest.Chart("demo", v, nil))
+		helmtest.Push(t, host+"/charts/demo", v, archives[v])
+		repo.Add("demo", v, archives[v])
+	}
+	ctx := context.Background()
+	f := helm.New(helm.Options{})
+	fromRepo, err := f.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count.reset()
+	o := helm.New(helm.Options{}) // a cache of its own: the layer is downloaded
+	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: "oci://" + host + "/charts", Insecure: true}
+	fromOCI, err := o.Fetch(ctx, "app", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromOCI.Revision != fromRepo.Revision || fromOCI.Revision != "demo@1.1.0@"+helmtest.Digest(archives["1.1.0"]) {
+		t.Fatalf("revisions: oci %s, repository %s", fromOCI.Revision, fromRepo.Revision)
+	}
+	sameFiles(t, fromOCI.Files, helmtest.Chart("demo", "1.1.0", nil))
+	if count.get("GET blobs") != 1 {
+		t.Fatalf("first fetch: %v", count.counts)
+	}
+	t.Logf("first fetch: %v", count.counts)
+	count.reset()
+	const polls = 10
+	for range polls {
+		again, err := o.Fetch(ctx, "app", src, nil)
+		if err != nil || again.Revision != fromOCI.Revision {
+			t.Fatalf("poll: %v, %v", again, err)
+		}
+	}
+	t.Logf("%d unchanged polls: %v", polls, count.counts)
+	if count.get("GET tags") != polls || count.get("HEAD manifests") != polls || count.get("GET manifests") != 0 || count.get("GET blobs") != 0 {
+		t.Fatalf("%d unchanged polls: %v; want a tag listing and a manifest HEAD each, nothing more", polls, count.counts)
+	}
+
+	// An exact version, given in the chart: no tag listing.
+	count.reset()
+	exact, err := o.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "oci://" + host + "/charts/demo", Version: "1.0.0", Insecure: true}, nil)
+	if err != nil || exact.Revision != "demo@1.0.0@"+helmtest.Digest(archives["1.0.0"]) {
+		t.Fatalf("exact version: %v, %v", exact, err)
+	}
+	if count.get("GET tags") != 0 {
+		t.Fatalf("an exact version listed tags: %v", count.counts)
+	}
+
+	// A chart the registry does not have names the repository and chart.
+	_, err = o.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "nothere", Repository: "oci://" + host + "/charts", Insecure: true}, nil)
+	if !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), "oci://"+host+"/charts") || !strings.Contains(err.Error(), "nothere") {
+		t.Fatalf("missing chart: %v", err)
+	}
+	t.Logf("missing chart: %v", err)
+}
+
+// A registry's own error text is not shown, nor the password: a 401 is
+// "unauthorized" naming the repository.
+func TestOCIUnauthorized(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="registry"`)
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"errors":[{"code":"UNAUTHORIZED","message":"password hunter2-secret is wrong"}]}`))
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	dockerConfig := `{"auths":{"` + host + `":{"username":"robot","password":"hunter2-secret"}}}`
+	p := helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
+		return helm.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(dockerConfig)}), nil
+	}}
+	_, err := p.FetchHelm(context.Background(), "app", v1alpha1.HelmSource{
+		Chart: "demo", Version: "1.0.0", Repository: "oci://" + host + "/charts", Insecure: true,
+		SecretRef: &v1alpha1.LocalObjectReference{Name: "pull"},
+	}, nil)
+	if !errors.Is(err, helm.ErrUnauthorized) || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "oci://"+host+"/charts") {
+		t.Fatalf("got %v", err)
+	}
+	t.Logf("%v", err)
+}
