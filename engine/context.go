@@ -24,8 +24,14 @@ var errNotExist = fs.ErrNotExist
 //	               indexed (ctx.sources["app"]) or as attributes (ctx.sources.app)
 //	               (objects is a list for an object set source)
 //
-// inputs and sources are built once and frozen, so every target shares them.
-func (e *evaluation) ctxValue(t target) (starlark.Value, error) {
+// inputs and sources are built once and frozen, so every target shares
+// them, but with helm sources, whose objects are the target's own
+// (targetCtx).
+func (e *evaluation) ctxValue(t target, inputs []Input) (starlark.Value, error) {
+	ctxInputs, ctxSources, err := e.targetCtx(inputs)
+	if err != nil {
+		return nil, err
+	}
 	params, err := t.params.starlark()
 	if err != nil {
 		return nil, fmt.Errorf("ctx.params: %w", err)
@@ -46,8 +52,8 @@ func (e *evaluation) ctxValue(t target) (starlark.Value, error) {
 	c := starlarkstruct.FromStringDict(starlark.String("ctx"), starlark.StringDict{
 		"target":  tgt,
 		"params":  params,
-		"inputs":  e.ctxInputs,
-		"sources": e.ctxSource,
+		"inputs":  ctxInputs,
+		"sources": ctxSources,
 	})
 	c.Freeze()
 	return c, nil

@@ -55,12 +55,12 @@ func (e *evaluation) loadCUETransform(ref *v1alpha1.CUEProgramRef) error {
 
 // runCUETransform evaluates the CUE transform for one target within the
 // limits of Starlark transforms: the timeout and the number of objects.
-func (e *evaluation) runCUETransform(ctx context.Context, t target) ([]map[string]any, error) {
+func (e *evaluation) runCUETransform(ctx context.Context, t target, objects []Input) ([]map[string]any, error) {
 	limits := e.opts.Limits.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, limits.Timeout)
 	defer cancel()
-	inputs := make([]map[string]any, len(e.objects))
-	for i, in := range e.objects {
+	inputs := make([]map[string]any, len(objects))
+	for i, in := range objects {
 		inputs[i] = in.Object
 	}
 	labels := make(map[string]any, len(t.spec.Labels))

@@ -72,14 +72,19 @@ func layerOf(pkg string) int {
 }
 
 // isCore reports whether pkg belongs to the offline core: lang, stdlib and
-// engine, but for the git provider (the one part that may use the network).
+// engine, but for the network providers, git and helm (the parts that may
+// use the network), and the chart renderer engine/helm (the Helm SDK's
+// chart and template packages import client-go; the core reaches it
+// through stdlib.HelmRenderer, which the commands wire).
 func isCore(pkg string) bool {
 	rel, ok := strings.CutPrefix(pkg, module+"/")
 	if !ok {
 		return false
 	}
-	if rel == "engine/source/git" || strings.HasPrefix(rel, "engine/source/git/") {
-		return false
+	for _, outside := range []string{"engine/source/git", "engine/source/helm", "engine/helm"} {
+		if rel == outside || strings.HasPrefix(rel, outside+"/") {
+			return false
+		}
 	}
 	for _, dir := range []string{"lang", "stdlib", "engine"} {
 		if rel == dir || strings.HasPrefix(rel, dir+"/") {
@@ -187,7 +192,7 @@ func TestLayerOf(t *testing.T) {
 			t.Errorf("layerOf(%s) = %d, want %d", pkg, got, want)
 		}
 	}
-	if isCore(module+"/engine/source/git") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
-		t.Error("isCore: the git provider is outside the core, engine/source inside, operator outside")
+	if isCore(module+"/engine/source/git") || isCore(module+"/engine/helm") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
+		t.Error("isCore: the git provider and the chart renderer are outside the core, engine/source inside, operator outside")
 	}
 }

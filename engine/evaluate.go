@@ -53,6 +53,14 @@ type Options struct {
 	// target, for as long as the result is kept (the operator keeps it
 	// between syncs).
 	Compact bool
+	// Helm renders the charts of helm sources and of helm.template; nil
+	// fails them. The commands give engine/helm's.
+	Helm HelmRenderer
+	// Capabilities are the cluster's, for charts; ClusterCapabilities
+	// are those of remote clusters, by ClusterID (a cluster without an
+	// entry takes Capabilities).
+	Capabilities        HelmCapabilities
+	ClusterCapabilities map[string]HelmCapabilities
 }
 
 // Namespace is a namespace of the target cluster and its labels.
@@ -67,6 +75,9 @@ type Namespace struct {
 type Spec struct {
 	Sync      *v1alpha1.ManifestSyncSpec
 	Snapshots map[string]*Snapshot
+	// Name is the ManifestSync's: the release name of its helm sources
+	// that set none.
+	Name string
 }
 
 // Result is what one evaluation produced.
@@ -268,7 +279,7 @@ func evaluate(ctx context.Context, spec Spec, opts Options, red *redact.Redactor
 		opts.Scope = BuiltinScope
 	}
 	opts.Scope = rememberScope(opts.Scope)
-	e := &evaluation{spec: spec.Sync, opts: opts, snaps: map[string]*Snapshot{}, red: red}
+	e := &evaluation{spec: spec.Sync, name: spec.Name, opts: opts, snaps: map[string]*Snapshot{}, red: red}
 	err := e.resolveSources(spec.Snapshots)
 	for _, in := range e.objects {
 		red.AddObject(in.Object) // kustomize builds make Secrets of their own
@@ -320,6 +331,7 @@ func evaluate(ctx context.Context, spec Spec, opts Options, red *redact.Redactor
 // after setup it is read-only, so targets run concurrently.
 type evaluation struct {
 	spec  *v1alpha1.ManifestSyncSpec
+	name  string // the ManifestSync's
 	opts  Options
 	snaps map[string]*Snapshot // every source, kustomize ones built
 	// red learns the Secrets of every target's output as it is made, so
@@ -339,12 +351,18 @@ type evaluation struct {
 	// cueTransform is the CUE transform, if any, and cueDigest its digest.
 	cueTransform *cue.Transform
 	cueDigest    string
+	// helm are the helm sources, rendered per target.
+	helm []*helmSource
 }
 
 // resolveSources checks that every source has a snapshot, builds the
 // kustomize sources and collects the input objects.
 func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
-	builtFrom := map[string]bool{}
+	given, err := e.helmSnapshots(given)
+	if err != nil {
+		return err
+	}
+	builtFrom := chartSources(e.spec)
 	for _, s := range e.spec.Sources {
 		if s.Kustomize == nil {
 			snap := given[s.Name]
@@ -379,7 +397,13 @@ func (e *evaluation) resolveSources(given map[string]*Snapshot) error {
 	for _, s := range e.spec.Sources {
 		snap := e.snaps[s.Name]
 		if builtFrom[s.Name] {
-			continue // contributes only through the kustomize build
+			continue // contributes only through the kustomize build or chart
+		}
+		if s.Helm != nil {
+			if err := e.addHelmSource(&s, len(e.objects)); err != nil {
+				return err
+			}
+			continue
 		}
 		if snap.Object != nil {
 			e.objects = append(e.objects, Input{Source: s.Name, Object: snap.Object})
@@ -659,10 +683,21 @@ func (e *evaluation) digestInputs() error {
 	// Params cover everything of the spec, besides sources and transform,
 	// that shapes the output: params, targets (with their params and
 	// patches) and the normalisation options.
-	if in.Params, err = digestTyped(struct {
-		Params  map[string]any
-		Targets []v1alpha1.Target
-	}{e.params, e.spec.Targets}); err != nil {
+	if len(e.helm) > 0 || e.module != nil && e.opts.Helm != nil {
+		// Charts render the cluster's capabilities too.
+		in.Params, err = digestTyped(struct {
+			Params              map[string]any
+			Targets             []v1alpha1.Target
+			Capabilities        HelmCapabilities
+			ClusterCapabilities map[string]HelmCapabilities
+		}{e.params, e.spec.Targets, e.opts.Capabilities, e.opts.ClusterCapabilities})
+	} else {
+		in.Params, err = digestTyped(struct {
+			Params  map[string]any
+			Targets []v1alpha1.Target
+		}{e.params, e.spec.Targets})
+	}
+	if err != nil {
 		return err
 	}
 	e.inputs = in
@@ -677,6 +712,10 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		res.Err = fmt.Errorf("target %q: %w", res.ID(), err)
 		return res
 	}
+	inputs, err := e.targetInputs(ctx, t)
+	if err != nil {
+		return fail(err)
+	}
 	var objs []*unstructured.Unstructured
 	patched := len(e.patches[t.spec.Name]) > 0
 	// A compact target keeps no objects (Options.Compact): the inputs
@@ -684,7 +723,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	compact := e.opts.Compact && e.module == nil && e.cueTransform == nil && !patched && len(e.schemas) == 0
 	switch {
 	case e.module != nil:
-		raw, err := e.runTransform(ctx, t)
+		raw, err := e.runTransform(ctx, t, inputs)
 		if err != nil {
 			return fail(err)
 		}
@@ -693,7 +732,7 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 			objs = append(objs, &unstructured.Unstructured{Object: m})
 		}
 	case e.cueTransform != nil:
-		raw, err := e.runCUETransform(ctx, t)
+		raw, err := e.runCUETransform(ctx, t, inputs)
 		if err != nil {
 			return fail(err)
 		}
@@ -705,11 +744,11 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		// their digests are kept.
 		s := scratches.Get().(*scratch)
 		defer scratches.Put(s)
-		objs = s.copies(e.objects)
+		objs = s.copies(inputs)
 	default:
 		// The inputs themselves, whose Secrets the redactor learnt when
 		// they were read.
-		for _, in := range e.objects {
+		for _, in := range inputs {
 			if patched {
 				objs = append(objs, &unstructured.Unstructured{Object: runtimeDeepCopy(in.Object)})
 			} else {
@@ -768,13 +807,12 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 	sortObjects(objs)
 	c := canonicals.Get().(*canonical)
 	defer canonicals.Put(c)
-	var err error
 	if res.Digests, res.Digest, err = c.digests(objs); err != nil {
 		return fail(err)
 	}
 	res.Objects = objs
 	if compact { // objs are scratch, let go
-		res.Objects, res.Digests, res.copies = nil, nil, &inputCopies{inputs: e.objects, namespace: t.namespace, scope: e.opts.Scope, n: len(objs)}
+		res.Objects, res.Digests, res.copies = nil, nil, &inputCopies{inputs: inputs, namespace: t.namespace, scope: e.opts.Scope, n: len(objs)}
 	}
 	return res
 }
@@ -803,11 +841,12 @@ func (e *evaluation) learnSecrets(objs []*unstructured.Unstructured) {
 	}
 }
 
-func (e *evaluation) runTransform(ctx context.Context, t target) ([]map[string]any, error) {
-	c, err := e.ctxValue(t)
+func (e *evaluation) runTransform(ctx context.Context, t target, inputs []Input) ([]map[string]any, error) {
+	c, err := e.ctxValue(t, inputs)
 	if err != nil {
 		return nil, err
 	}
+	ctx = stdlib.WithHelm(ctx, e.opts.Helm, e.capabilities(t.spec), e.opts.Limits.WithDefaults().MaxBytes)
 	v, err := e.interp.Call(lstar.WithFiles(ctx, SnapshotFiles(e.snaps), e.spec.Transform.Starlark.Source), e.module, "main", c)
 	if err != nil {
 		return nil, e.suggestParam(err, t.params.m)

@@ -32,6 +32,7 @@ var registry = []Module{
 	drModule,
 	failModule,
 	hashModule,
+	helmModule,
 	jsonModule,
 	k8sModule,
 	kustomizeModule,
@@ -57,7 +58,7 @@ func Modules() []Module {
 }
 
 // Predeclared returns the globals given to every ManifestSync script: yaml,
-// json, base64, hash, struct, math, re, time, k8s, kustomize, dr, assert and cue. The hash module
+// json, base64, hash, struct, math, re, time, k8s, kustomize, helm, dr, assert and cue. The hash module
 // shadows Starlark's built-in hash(x), which scripts have no use for. The values are
 // frozen and safe to share between threads; the dictionary itself is new on
 // every call.

@@ -171,7 +171,7 @@ func TestModulesDocumentEveryMember(t *testing.T) {
 }
 
 func TestPredeclared(t *testing.T) {
-	want := []string{"assert", "base64", "cue", "dr", "hash", "json", "k8s", "kustomize", "math", "re", "struct", "time", "yaml"}
+	want := []string{"assert", "base64", "cue", "dr", "hash", "helm", "json", "k8s", "kustomize", "math", "re", "struct", "time", "yaml"}
 	if got := Predeclared().Keys(); !slices.Equal(got, want) {
 		t.Errorf("Predeclared() = %v, want %v", got, want)
 	}
