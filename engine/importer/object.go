@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ func Decode(name string, data []byte) ([]Object, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, lineError(err))
+			return nil, posError(name, err)
 		}
 		if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 			continue
@@ -46,6 +47,16 @@ func Decode(name string, data []byte) ([]Object, error) {
 		m, _ := engine.JSONValue(v).(map[string]any)
 		out = append(out, Object{File: name, Line: root.Line, Content: m, root: root})
 	}
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// posError names file name and the line of a YAML error: "name:3: ...".
+func posError(name string, err error) error {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s:%s: %s", name, m[1], err.Error()[len(m[0]):])
+	}
+	return fmt.Errorf("%s: %w", name, lineError(err))
 }
 
 // lineError turns yaml's "yaml: line 3: ..." into "line 3: ...".
