@@ -145,6 +145,7 @@ that failed on either side, or one stopped at a limit).`,
 	fl.StringVar(&f.base, "base", "", "REV: compare the working tree with this git revision, offline, instead of a cluster with the ManifestSync")
 	fl.StringVarP(&f.output, "output", "o", "text", "with --base: text, markdown or json")
 	addNamespaceFlags(fl, &f.namespaces)
+	addCapabilityFlags(fl, &f.caps)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -243,6 +244,9 @@ func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf
 		return nil, usageErr("%s: %w", f.file, err)
 	}
 	opts := engine.Options{Limits: f.limits, Targets: f.targets, Scope: clusterScope(c.RESTMapper())}
+	if err := f.caps.options("diff", &opts); err != nil {
+		return nil, err
+	}
 	for _, t := range ms.Spec.Targets {
 		if t.NamespaceSelector == nil {
 			continue
@@ -252,7 +256,7 @@ func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf
 		}
 		break
 	}
-	res, err := pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	res, err := pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
 	if err, ok := killed(f.file, err); ok {
 		return nil, err
 	}

@@ -222,7 +222,7 @@ func (r *renderer) evaluate(ctx context.Context, s side, sf *engine.SyncFile) (*
 		opts.Namespaces = offlineNamespaces(&sf.Sync.Spec)
 	}
 	opts.ClusterNamespaces = r.namespaces.options(&sf.Sync.Spec, opts.Namespaces)
-	res, err := r.pool.Evaluate(ctx, engine.Spec{Sync: &sf.Sync.Spec, Snapshots: snaps}, opts)
+	res, err := r.pool.Evaluate(ctx, engine.Spec{Sync: &sf.Sync.Spec, Snapshots: snaps, Name: sf.Sync.Name}, opts)
 	if err, ok := killed(sf.Name, err); ok {
 		return nil, err
 	}
@@ -300,6 +300,9 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 	}
 	defer stop()
 	r := &renderer{pool: pool, opts: engine.Options{Limits: f.limits}, sources: sources, namespaces: namespaces, overridden: map[string]bool{}}
+	if err := f.caps.options("diff", &r.opts); err != nil {
+		return err
+	}
 	base, err := r.render(ctx, commitSide(c, f.base), paths)
 	if err != nil {
 		return usageErr("diff: %w", err)

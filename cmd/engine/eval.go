@@ -41,6 +41,8 @@ type evalFlags struct {
 	maxMemory string
 	// namespaces are the cluster's, for namespaceSelector targets.
 	namespaces namespaceFlags
+	// caps are what charts see of the cluster.
+	caps capabilityFlags
 	// watch re-evaluates whenever a file the evaluation read changes;
 	// diff then prints what changed since the last good render.
 	watch, diff bool
@@ -118,6 +120,7 @@ evaluation stopped at --max-memory or --timeout.`,
 	fl.BoolVarP(&f.watch, "watch", "w", false, "re-evaluate whenever the sync file, a script, a file it loads or a local source changes, and print the result again")
 	fl.BoolVar(&f.diff, "diff", false, "with --watch: print what changed since the last good render, as a unified diff, instead of the whole result")
 	addNamespaceFlags(fl, &f.namespaces)
+	addCapabilityFlags(fl, &f.caps)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -220,12 +223,16 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 	for _, line := range localSources(sf, snaps, f.sources) {
 		note(stderr, "%s", line)
 	}
-	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps}, engine.Options{
+	opts := engine.Options{
 		Limits:            f.limits,
 		Targets:           f.targets,
 		Namespaces:        namespaces.local,
 		ClusterNamespaces: namespaces.options(spec, nil),
-	})
+	}
+	if err := f.caps.options("eval", &opts); err != nil {
+		return run, err
+	}
+	res, err := pool.Evaluate(ctx, engine.Spec{Sync: spec, Snapshots: snaps, Name: sf.Sync.Name}, opts)
 	if err, ok := killed(f.file, err); ok {
 		return run, err
 	}

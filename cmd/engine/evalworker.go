@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	helmrender "github.com/manifestsync/manifestsync/engine/helm"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
@@ -22,7 +23,7 @@ func newEvalWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := worker.ServeStdio(); err != nil {
+			if err := worker.ServeStdioWith(worker.ServeOptions{Helm: helmrender.Renderer{}, Stuck: helmrender.Stuck}); err != nil {
 				return failed(err)
 			}
 			return nil

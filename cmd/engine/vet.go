@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
@@ -21,6 +22,8 @@ type vetFlags struct {
 	sources   []string
 	// namespaces are the cluster's, for namespaceSelector targets.
 	namespaces namespaceFlags
+	// caps are what charts see of the cluster.
+	caps capabilityFlags
 }
 
 // vetFormats are the report formats of -o, by name: each writes the
@@ -94,6 +97,7 @@ or malformed input, an evaluation that failed or was stopped at a limit).`,
 	fl.StringVarP(&f.output, "output", "o", "text", "report format: text, json, junit or sarif")
 	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME of every ManifestSync that has one from a local directory or file, or fetch it from Git (repeatable)")
 	addNamespaceFlags(fl, &f.namespaces)
+	addCapabilityFlags(fl, &f.caps)
 	addLimitFlags(fl, &f.limits)
 	addMaxMemoryFlag(fl, &f.maxMemory)
 	return cmd
@@ -120,6 +124,10 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	if err != nil {
 		return err
 	}
+	var charts engine.Options
+	if err := f.caps.options("vet", &charts); err != nil {
+		return err
+	}
 	pool, stop, err := newSandbox("vet", f.maxMemory, f.limits.Timeout)
 	if err != nil {
 		return err
@@ -129,7 +137,7 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	if err != nil {
 		return usageErr("vet: %w", err)
 	}
-	v := &vetter{pool: pool, policies: policies, limits: f.limits, sources: sources, namespaces: namespaces, stderr: stderr}
+	v := &vetter{pool: pool, policies: policies, limits: f.limits, charts: charts, sources: sources, namespaces: namespaces, stderr: stderr}
 	rep := v.run(ctx, paths)
 	if err := write(stdout, stderr, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)

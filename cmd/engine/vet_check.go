@@ -212,6 +212,8 @@ type vetter struct {
 	pool     *worker.Pool // evaluates and validates
 	policies []*policy
 	limits   lstar.Limits
+	// charts are the chart renderer and the capabilities charts see.
+	charts engine.Options
 	// sources are the --source overrides, by source name; each applies
 	// to every ManifestSync with a source of that name.
 	sources map[string]string
@@ -289,12 +291,13 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 		return s
 	}
 
-	// Sources are read as engine eval reads them (git sources without a
-	// local copy are fetched); vet words a missing copy its own way.
+	// Sources are read as engine eval reads them (git and helm sources
+	// without a local copy are fetched, a chart in another source read
+	// from it); vet words a missing copy its own way.
 	dir := filepath.Dir(d.file)
 	for i, src := range ms.Spec.Sources {
 		_, overridden := v.sources[src.Name]
-		if src.Kustomize == nil && src.Git == nil && !overridden && conventionalPath(dir, src.Name) == "" {
+		if src.Kustomize == nil && src.Git == nil && src.Helm == nil && !overridden && conventionalPath(dir, src.Name) == "" {
 			return failAt(d.line(fmt.Sprintf("spec.sources[%d]", i)), fmt.Errorf("source %q: no local copy: put it at %s (a directory) or %s.yaml (an object), or give --source %s=PATH", src.Name, filepath.Join(dir, src.Name), filepath.Join(dir, src.Name), src.Name))
 		}
 	}
@@ -315,10 +318,12 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	if namespaces == nil {
 		namespaces = offlineNamespaces(&ms.Spec)
 	}
-	res, err := v.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, engine.Options{
+	res, err := v.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, engine.Options{
 		Limits:            v.limits,
 		Namespaces:        namespaces,
 		ClusterNamespaces: v.namespaces.options(&ms.Spec, namespaces),
+		Helm:              v.charts.Helm,
+		Capabilities:      v.charts.Capabilities,
 	})
 	if err, ok := killed("ManifestSync "+s.displayName(), err); ok {
 		return fail(err)

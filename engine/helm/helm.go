@@ -59,6 +59,13 @@ func DefaultAPIVersions() []string {
 	return slices.Clone(common.DefaultVersionSet)
 }
 
+// CheckKubeVersion says whether v is a Kubernetes version Helm can take
+// for .Capabilities.KubeVersion ("v1.37.0", "1.31").
+func CheckKubeVersion(v string) error {
+	_, err := common.ParseKubeVersion(v)
+	return err
+}
+
 // Renderer renders charts with the Helm SDK; the zero value is ready. It
 // is safe for concurrent use.
 type Renderer struct{}

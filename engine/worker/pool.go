@@ -110,6 +110,7 @@ func (p *Pool) Evaluate(ctx context.Context, spec engine.Spec, opts engine.Optio
 			return false, writeFrame(w.in, message{Scope: a})
 		case m.Result != nil:
 			res, evalErr = fromWireResponse(m.Result)
+			w.retire = m.Result.Retire
 			return true, nil
 		}
 		return false, errUnexpected
@@ -159,7 +160,13 @@ func (p *Pool) run(ctx context.Context, req message, handle func(*process, messa
 		}
 	})
 	var killed *KilledError
-	if errors.As(err, &killed) {
+	switch {
+	case errors.As(err, &killed):
+		p.forget(w)
+		w = nil
+	case w.retire: // it exits after this answer; make sure it does
+		w.kill()
+		<-w.exited
 		p.forget(w)
 		w = nil
 	}
@@ -306,6 +313,8 @@ type process struct {
 	stderr *tailBuffer
 	exited chan struct{} // closed once the process is reaped
 	err    error         // what Wait returned; read after exited
+	// retire is set when the worker said it exits after its answer.
+	retire bool
 }
 
 func startProcess(opts Options) (*process, error) {

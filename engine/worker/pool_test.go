@@ -29,6 +29,13 @@ import (
 const workerEnv = "MANIFESTSYNC_TEST_EVAL_WORKER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "helm" {
+		if err := ServeStdioWith(ServeOptions{Helm: fakeRenderer{}, Stuck: func() bool { return true }}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(workerEnv) == "1" {
 		if err := ServeStdio(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -21,7 +21,28 @@ import (
 // files, validations) and writes each answer to w, until r ends. Nothing else may write to w: the caller points
 // os.Stdout elsewhere (stray output would corrupt the protocol).
 func Serve(r io.Reader, w io.Writer) error {
-	s := &server{in: bufio.NewReaderSize(r, 1<<16), out: bufio.NewWriterSize(w, 1<<16)}
+	return ServeWith(r, w, ServeOptions{})
+}
+
+// ServeOptions are what a worker is given besides its requests: the parts
+// of an evaluation the engine may not import itself.
+type ServeOptions struct {
+	// Helm renders the charts of helm sources and helm.template, when the
+	// parent asks for them (engine/helm's Renderer); nil fails them.
+	Helm engine.HelmRenderer
+	// Stuck, when set, reports whether work abandoned at its deadline
+	// still runs in the process (engine/helm.Stuck: a Go template cannot
+	// be interrupted). The worker then exits after its answer, which says
+	// so, and the parent starts a fresh one for the next evaluation.
+	Stuck func() bool
+}
+
+// errRetired ends a worker that said it retires.
+var errRetired = errors.New("retired")
+
+// ServeWith is Serve with opts.
+func ServeWith(r io.Reader, w io.Writer, opts ServeOptions) error {
+	s := &server{in: bufio.NewReaderSize(r, 1<<16), out: bufio.NewWriterSize(w, 1<<16), opts: opts}
 	var m message
 	if err := readFrame(s.in, maxFrame, &m); err != nil {
 		return fmt.Errorf("eval worker: reading the config: %w", err)
@@ -44,7 +65,9 @@ func Serve(r io.Reader, w io.Writer) error {
 			}
 			return fmt.Errorf("eval worker: %w", err)
 		}
-		if err := s.serve(m); err != nil {
+		if err := s.serve(m); errors.Is(err, errRetired) {
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("eval worker: %w", err)
 		}
 	}
@@ -56,11 +79,19 @@ func (s *server) serve(m message) error {
 	case m.Eval != nil:
 		s.scopes, s.err = nil, nil
 		spec, opts := fromWireRequest(m.Eval, s.scope)
+		if m.Eval.Helm {
+			opts.Helm = s.opts.Helm
+		}
 		res, err := engine.Evaluate(context.Background(), spec, opts)
 		if s.err != nil {
 			return fmt.Errorf("asking for a scope: %w", s.err)
 		}
-		return writeFrame(s.out, message{Result: toWireResponse(res, err)})
+		resp := toWireResponse(res, err)
+		resp.Retire = s.opts.Stuck != nil && s.opts.Stuck()
+		if err := writeFrame(s.out, message{Result: resp}); err != nil || !resp.Retire {
+			return err
+		}
+		return errRetired
 	case m.Test != nil:
 		resp, err := s.runTest(m.Test)
 		if err != nil {
@@ -102,8 +133,9 @@ const workerGCPercent = 400
 // server is one worker's state; the engine evaluates targets concurrently,
 // so scope questions are serialised.
 type server struct {
-	in  *bufio.Reader
-	out *bufio.Writer
+	in   *bufio.Reader
+	out  *bufio.Writer
+	opts ServeOptions
 
 	mu     sync.Mutex
 	scopes map[schema.GroupVersionKind]scopeMessage // answers of this evaluation
@@ -148,7 +180,12 @@ func (s *server) scope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
 // pointed at stderr so that nothing else writes to the protocol; for the
 // eval-worker subcommand, and for tests that start themselves as workers.
 func ServeStdio() error {
+	return ServeStdioWith(ServeOptions{})
+}
+
+// ServeStdioWith is ServeStdio with opts.
+func ServeStdioWith(opts ServeOptions) error {
 	out := os.Stdout
 	os.Stdout = os.Stderr
-	return Serve(os.Stdin, out)
+	return ServeWith(os.Stdin, out, opts)
 }

@@ -70,6 +70,14 @@ type evalRequest struct {
 	Workers           int                            `json:"workers,omitempty"`
 	// AskScope says the parent has a Scope to ask; else BuiltinScope.
 	AskScope bool `json:"askScope,omitempty"`
+	// Name is the ManifestSync's (engine.Spec.Name).
+	Name string `json:"name,omitempty"`
+	// Helm says the parent renders charts (Options.Helm): the worker then
+	// renders them with its own renderer (ServeOptions.Helm), with these
+	// capabilities.
+	Helm                bool                               `json:"helm,omitempty"`
+	Capabilities        engine.HelmCapabilities            `json:"capabilities,omitzero"`
+	ClusterCapabilities map[string]engine.HelmCapabilities `json:"clusterCapabilities,omitempty"`
 }
 
 type wireSnapshot struct {
@@ -86,6 +94,9 @@ type wireSnapshot struct {
 type evalResponse struct {
 	Result *wireResult `json:"result,omitempty"`
 	Err    *wireError  `json:"err,omitempty"`
+	// Retire says the worker exits after this answer: work it abandoned
+	// at its deadline still runs in it (ServeOptions.Stuck).
+	Retire bool `json:"retire,omitempty"`
 }
 
 type wireResult struct {
@@ -134,6 +145,11 @@ func toWireRequest(spec engine.Spec, opts engine.Options) *evalRequest {
 		Targets:   opts.Targets,
 		Workers:   opts.Workers,
 		AskScope:  opts.Scope != nil,
+		Name:      spec.Name,
+		Helm:      opts.Helm != nil,
+
+		Capabilities:        opts.Capabilities,
+		ClusterCapabilities: opts.ClusterCapabilities,
 	}
 	if opts.Namespaces != nil {
 		req.Namespaces = &opts.Namespaces
@@ -186,11 +202,11 @@ func fromWireSnapshot(w *wireSnapshot) *engine.Snapshot {
 // fromWireRequest is the engine's input; scope answers Options.Scope when
 // the parent has one.
 func fromWireRequest(req *evalRequest, scope engine.Scope) (engine.Spec, engine.Options) {
-	spec := engine.Spec{Sync: req.Sync, Snapshots: make(map[string]*engine.Snapshot, len(req.Snapshots))}
+	spec := engine.Spec{Sync: req.Sync, Name: req.Name, Snapshots: make(map[string]*engine.Snapshot, len(req.Snapshots))}
 	for name, w := range req.Snapshots {
 		spec.Snapshots[name] = fromWireSnapshot(w)
 	}
-	opts := engine.Options{Limits: req.Limits, Targets: req.Targets, Workers: req.Workers}
+	opts := engine.Options{Limits: req.Limits, Targets: req.Targets, Workers: req.Workers, Capabilities: req.Capabilities, ClusterCapabilities: req.ClusterCapabilities}
 	if req.Namespaces != nil {
 		opts.Namespaces = *req.Namespaces
 		if opts.Namespaces == nil {
