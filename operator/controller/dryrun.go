@@ -265,6 +265,9 @@ func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.Manifest
 				return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
 			}
 			for _, o := range list.Items {
+				if o.Labels[HookLabel] != "" {
+					continue // a hook: in no inventory, never pruned
+				}
 				id := v1alpha1.ObjectID{Namespace: o.Namespace, Name: o.Name, Group: gvk.Group, Kind: gvk.Kind}
 				items = append(items, inventoryItem{id: id, version: gvk.Version, target: t.ID()})
 			}

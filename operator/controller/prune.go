@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"strconv"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -162,8 +160,7 @@ type pruneCandidate struct {
 // wave is the candidate's wave, as the live object has it (the desired
 // one is gone); an invalid annotation counts as wave 0.
 func (p pruneCandidate) wave() int {
-	n, _ := strconv.Atoi(strings.TrimSpace(p.obj.Annotations[engine.WaveAnnotation]))
-	return n
+	return engine.WaveOfAnnotations(p.obj.Annotations)
 }
 
 // deleteOwned deletes obj, the live metadata of an object of ours, unless

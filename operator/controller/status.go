@@ -111,7 +111,7 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 	s := &ms.Status
 	prev := s.Targets
 	s.Targets = make([]v1alpha1.TargetStatus, 0, len(outcomes))
-	var failures, empties, conflicts []string
+	var failures, empties, conflicts, hookFailures, hookWaits []string
 	synced, wrote, waiting := 0, false, false
 	verdict, timeout := &healthVerdict{}, healthTimeout(ms)
 	for _, o := range outcomes {
@@ -138,11 +138,21 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		if o.empty != nil {
 			empties = append(empties, o.empty.Error())
 		}
+		switch h := o.hooks; {
+		case h != nil && h.failed != nil:
+			hookFailures = append(hookFailures, fmt.Sprintf("target %q: %v", t.ID(), h.failed))
+		case h != nil && h.pending() && len(h.waiting) > 0:
+			hookWaits = append(hookWaits, fmt.Sprintf("target %q: %s", t.ID(), h.message()))
+		}
 		switch {
 		case row.State == v1alpha1.TargetSynced && len(o.drift) > 0 && !o.corrected:
 			row.Message = truncate("drifted: " + strings.Join(o.drift, ", "))
 		case o.empty != nil:
 			row.Message = truncate(strings.TrimPrefix(o.empty.Error(), fmt.Sprintf("target %q: ", t.ID())))
+		case o.hooks != nil && o.hooks.failed != nil && len(o.failures()) == 0:
+			row.Message = truncate(o.hooks.failed.Error())
+		case row.State == v1alpha1.TargetPending && o.waiting == nil:
+			row.Message = truncate(o.hooks.message())
 		case row.State == v1alpha1.TargetPending:
 			row.Message = truncate(o.waiting.message())
 		case row.State != v1alpha1.TargetSynced:
@@ -155,6 +165,10 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		}
 		waiting = waiting || o.waiting != nil
 		row.Health = verdict.add(o, timeout, time.Now()) // not now, cut to the second: the timeout is checked when it passes
+		row.Hooks = hookStatus(o, old)
+		if h := o.hooks; h != nil && !h.recheck.IsZero() && (verdict.recheck.IsZero() || h.recheck.Before(verdict.recheck)) {
+			verdict.recheck = h.recheck
+		}
 		wrote = wrote || o.wrote()
 		s.Targets = append(s.Targets, row)
 	}
@@ -172,8 +186,13 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		reason, msg = v1alpha1.ReasonApplyFailed, strings.Join(slices.Concat(failures, empties, conflicts), "; ")
 	case len(empties) > 0:
 		reason, msg = v1alpha1.ReasonEmptyOutput, strings.Join(append(empties, conflicts...), "; ")
+	case len(hookFailures) > 0:
+		reason, msg = v1alpha1.ReasonHookFailed, strings.Join(slices.Concat(hookFailures, empties, conflicts), "; ")
 	case len(conflicts) > 0:
 		reason, msg = v1alpha1.ReasonConflict, strings.Join(conflicts, "; ")
+	}
+	if reason == v1alpha1.ReasonSynced && len(hookWaits) > 0 {
+		reason, msg = v1alpha1.ReasonProgressing, msg+"; "+strings.Join(hookWaits, "; ")
 	}
 	if reason == v1alpha1.ReasonSynced && !waiting {
 		s.LastAppliedRevision = res.Revision
@@ -197,6 +216,20 @@ func setSyncedStatus(ms *v1alpha1.ManifestSync, res *engine.Result, outcomes []*
 		Message:            truncate(healthMsg),
 	})
 	return reason, msg, verdict
+}
+
+// hookStatus is the Hooks of a target's row: its run's, else, while the
+// target's output is the same, the last row's (a steady target runs
+// none).
+func hookStatus(o *targetOutcome, old *v1alpha1.TargetStatus) *v1alpha1.HookStatus {
+	switch {
+	case o.hooks != nil:
+		s := o.hooks.status
+		return &s
+	case old != nil && old.Hooks != nil && old.Hooks.Digest == o.target.Digest:
+		return old.Hooks
+	}
+	return nil
 }
 
 // setFailedTargets sets the target rows of a sync that stopped before any

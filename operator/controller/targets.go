@@ -60,6 +60,8 @@ type targetOutcome struct {
 	// cluster is where the target's objects are; nil when it could not
 	// be reached.
 	cluster *cluster
+	// hooks is the run of the target's hooks; nil without hooks.
+	hooks *hookRun
 }
 
 // redactOutcomes masks the evaluation's Secret values in every error of a
@@ -155,18 +157,25 @@ func (o *targetOutcome) conflicts() []error {
 	return errs
 }
 
+// applied reports whether no object of the target failed or conflicts
+// so far.
+func (o *targetOutcome) applied() bool {
+	return len(o.failures()) == 0 && len(o.conflicts()) == 0
+}
+
 // ok reports whether every object of the target was applied (or kept).
 func (o *targetOutcome) ok() bool {
-	return len(o.failures()) == 0 && len(o.conflicts()) == 0 && o.empty == nil && o.waiting == nil
+	return len(o.failures()) == 0 && len(o.conflicts()) == 0 && o.empty == nil && o.waiting == nil &&
+		(o.hooks == nil || o.hooks.succeeded())
 }
 
 func (o *targetOutcome) state() v1alpha1.TargetState {
 	switch {
-	case len(o.failures()) > 0 || o.empty != nil:
+	case len(o.failures()) > 0 || o.empty != nil || (o.hooks != nil && o.hooks.failed != nil):
 		return v1alpha1.TargetFailed
 	case len(o.conflicts()) > 0:
 		return v1alpha1.TargetConflict
-	case o.waiting != nil:
+	case o.waiting != nil || (o.hooks != nil && o.hooks.pending()):
 		return v1alpha1.TargetPending
 	}
 	return v1alpha1.TargetSynced
@@ -244,7 +253,7 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 		// drift, from its record: its objects are made again only to
 		// correct one.
 		full := t
-		if !rec.complete(res.Revision, ms.Generation, t) {
+		if !rec.complete(res.Revision, ms.Generation, t) || hooksUnfinished(ms, t) {
 			var err error
 			if full, err = t.WithManifests(); err != nil {
 				return &targetOutcome{target: t, err: err}
@@ -293,6 +302,16 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	a = c.applier(a)
 	out.cluster = c
+	// Hooks are written as any object: t with them named is gated and
+	// its kinds watched; the ordinary objects are applied in waves.
+	gated, ordinary, hooks := t, t, (*hookRun)(nil)
+	if made(t) {
+		if gated, ordinary, hooks, err = r.planHooks(ms, t, a.health); err != nil {
+			out.err = fmt.Errorf("target %q: %w", id, err)
+			return out
+		}
+	}
+	t = gated
 	if err := r.checkWrites(ctx, ms, c, t, rec); err != nil {
 		out.err = fmt.Errorf("target %q: %w", id, err)
 		return out
@@ -313,15 +332,28 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			return out
 		}
 	}
+	t = ordinary
+	out.target = t
 	if rec == nil {
 		rec = restoreRecord(ctx, ms, c, a, revision, t, inventory) // after a restart
+	}
+	if hooks != nil {
+		out.hooks = hooks
+		if !hooks.before(ctx, c) { // PreSync hooks not all succeeded
+			if rec != nil { // kept, for the objects' health; not complete
+				kept := *rec
+				kept.partial = true
+				out.record = &kept
+			}
+			return out
+		}
 	}
 	if rec != nil && rec.since.IsZero() {
 		rec.since = time.Now() // a record rebuilt after a restart: spec.timeout counts from here
 	}
 	var applied map[v1alpha1.ObjectID]appliedObject // by a partial record of the same desired state
 	since := time.Now()
-	if rec.complete(revision, ms.Generation, t) {
+	if rec.complete(revision, ms.Generation, t) && (hooks == nil || hooks.succeeded()) {
 		return r.checkDrift(ctx, ms, c, a, t, rec, out)
 	}
 	if rec != nil && rec.revision == revision && rec.generation == ms.Generation && rec.digest == t.Digest {
@@ -339,6 +371,9 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	if err != nil {
 		out.err = fmt.Errorf("target %q: %w", t.ID(), err)
 		return out
+	}
+	if hooks != nil {
+		waves = hooks.syncWaves(waves)
 	}
 	out.changes = make([]Change, 0, len(t.Objects))
 	digests := make(map[*unstructured.Unstructured]string, len(t.Objects))
@@ -389,12 +424,18 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 				r.awaitEstablished(ctx, c, a.health, out.changes[first:])
 			}
 		}
+		if hooks != nil && (!out.applied() || !hooks.syncWave(ctx, w.N)) {
+			break // an apply failed (retried), or a Sync hook has not succeeded
+		}
 		if wi+1 < len(waves) && ms.Spec.Wait {
 			if wait := r.waveWait(ctx, c, a.health, w.N, waves[wi+1:], out.changes[first:]); wait != nil {
 				out.waiting = wait
 				break
 			}
 		}
+	}
+	if hooks != nil && hooks.pending() && out.waiting == nil && out.applied() && len(out.changes) == len(t.Objects) {
+		hooks.after(ctx, out.changes)
 	}
 	out.record = newRecord(revision, ms.Generation, t.Digest, out.changes)
 	out.record.since = since

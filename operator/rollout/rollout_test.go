@@ -47,7 +47,9 @@ func startOperator(e *testenv.Env) (func(), error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &controller.Reconciler{Options: controller.Options{RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second}}
+	// One worker: a test that another ManifestSync is not held up by a
+	// sync waiting for a hook or a rollout tells a held worker so.
+	r := &controller.Reconciler{Options: controller.Options{RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second, Concurrency: 1}}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		return nil, err
