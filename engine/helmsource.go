@@ -94,14 +94,23 @@ func (e *evaluation) helmSnapshots(given map[string]*Snapshot) (map[string]*Snap
 	return out, nil
 }
 
-// chartSources are the sources that hold the chart of a helm source: like
-// the base of a kustomize source, they contribute only through it (their
-// templates are not objects).
+// chartSources are the sources that hold the chart or a values file of a
+// helm source: like the base of a kustomize source, they contribute only
+// through it (their templates and values files are not objects), as an
+// Argo CD source named only by ref ($values/...) contributes nothing.
 func chartSources(spec *v1alpha1.ManifestSyncSpec) map[string]bool {
 	out := map[string]bool{}
 	for _, s := range spec.Sources {
-		if s.Helm != nil && s.Helm.Source != "" {
+		if s.Helm == nil {
+			continue
+		}
+		if s.Helm.Source != "" {
 			out[s.Helm.Source] = true
+		}
+		for _, v := range s.Helm.ValuesFrom {
+			if v.Source != "" && v.Source != s.Name {
+				out[v.Source] = true
+			}
 		}
 	}
 	return out
