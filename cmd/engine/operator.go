@@ -27,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/engine/source/helm"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/webhook"
@@ -52,6 +53,7 @@ type operatorFlags struct {
 	reconcilerOpts controller.Options
 	evalWorkers    evalWorkerFlags
 	gitCacheMax    resource.QuantityValue // --git-cache-max-size
+	helmCacheMax   resource.QuantityValue // --helm-cache-max-size
 	// trustedSet is set when --trusted-namespaces was given; else the
 	// operator's own namespace is trusted.
 	trustedSet bool
@@ -176,6 +178,8 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.DurationVar(&f.reconcilerOpts.WriteWarWindow, "write-war-window", time.Minute, "the window of --write-war-limit")
 	f.gitCacheMax.Quantity = resource.MustParse("128Mi")
 	fl.Var(&f.gitCacheMax, "git-cache-max-size", "memory the git cache may hold (repositories and snapshots, least recently used dropped first), and the most one fetch may bring (a quantity: 64Mi, 1Gi)")
+	f.helmCacheMax.Quantity = resource.MustParse("128Mi")
+	fl.Var(&f.helmCacheMax, "helm-cache-max-size", "memory the helm cache may hold (chart archives by digest with their files, and repository indexes; least recently used dropped first) (a quantity: 64Mi, 1Gi)")
 	addLimitFlags(fl, &f.reconcilerOpts.Limits)
 	addEvalWorkerFlags(fl, &f.evalWorkers)
 	// Failed syncs are reported in status and events; their log lines
@@ -285,7 +289,11 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := mgr.Add(gitCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider}
+	helmCache := controller.NewHelmCache(helm.Options{MaxCacheBytes: f.helmCacheMax.Value()})
+	if err := mgr.Add(helmCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider, Helm: helmCache.Provider}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

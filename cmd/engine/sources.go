@@ -14,6 +14,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/engine/source/helm"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -78,7 +79,8 @@ func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, give
 	}
 	res := source.Resolver{
 		Namespace: sf.Sync.Namespace,
-		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir)},
+		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir, git.FromSecretData)},
+		Helm:      helm.Provider{Fetcher: helmFetcher(), Credentials: secretFiles(dir, helm.FromSecretData)},
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			return nil, fmt.Errorf("no local copy: give --source %s=FILE, or put it at %s.yaml", src.Name, filepath.Join(dir, src.Name))
 		},
@@ -108,13 +110,23 @@ func localSources(sf *engine.SyncFile, snaps map[string]*engine.Snapshot, overri
 	var out []string
 	for _, s := range sf.Sync.Spec.Sources {
 		snap := snaps[s.Name]
-		if s.Git == nil || given[s.Name] || snap == nil || !strings.HasPrefix(snap.Revision, source.LocalPrefix) {
+		if s.Git == nil && (s.Helm == nil || s.Helm.Chart == "") || given[s.Name] || snap == nil {
 			continue
 		}
-		name, _, _ := strings.Cut(strings.TrimPrefix(snap.Revision, source.LocalPrefix), "@")
+		// A chart's revision is CHART@VERSION@local:PATH@DIGEST.
+		_, local, ok := strings.Cut(snap.Revision, source.LocalPrefix)
+		if !ok || s.Git != nil && !strings.HasPrefix(snap.Revision, source.LocalPrefix) {
+			continue
+		}
+		name, _, _ := strings.Cut(local, "@")
 		p := filepath.Join(filepath.Dir(sf.Name), name)
-		out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s at %s",
-			s.Name, p, s.Git.URL, source.RefYAML(s.Git.Ref)))
+		if s.Git != nil {
+			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s at %s",
+				s.Name, p, s.Git.URL, source.RefYAML(s.Git.Ref)))
+		} else {
+			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s (chart %s, version %q)",
+				s.Name, p, s.Helm.Repository, s.Helm.Chart, s.Helm.Version))
+		}
 	}
 	return out
 }
@@ -126,11 +138,11 @@ func conventionalPath(dir, name string) string {
 	return l.Copy(name)
 }
 
-// secretFiles gives git sources the credentials of their secretRef: the
-// Secret manifest SECRET.yaml beside the sync file in dir, when it exists
-// (none otherwise).
-func secretFiles(dir string) git.Credentials {
-	return func(_ context.Context, ref v1alpha1.LocalObjectReference) (*git.Auth, error) {
+// secretFiles gives git and helm sources the credentials of their
+// secretRef, made by from: the Secret manifest SECRET.yaml beside the sync
+// file in dir, when it exists (none otherwise).
+func secretFiles[A any](dir string, from func(map[string][]byte) *A) func(context.Context, v1alpha1.LocalObjectReference) (*A, error) {
+	return func(_ context.Context, ref v1alpha1.LocalObjectReference) (*A, error) {
 		p := filepath.Join(dir, ref.Name+".yaml")
 		if _, err := os.Lstat(p); err != nil {
 			return nil, nil
@@ -139,7 +151,7 @@ func secretFiles(dir string) git.Credentials {
 		if err != nil {
 			return nil, &source.LocalError{Err: fmt.Errorf("secretRef %s: %w", p, err)}
 		}
-		return git.FromSecretData(data), nil
+		return from(data), nil
 	}
 }
 
@@ -151,12 +163,25 @@ var gitFetcher = sync.OnceValue(func() *git.Fetcher {
 
 // gitCacheDir is where fetched repositories are kept: manifestsync/git
 // under the user cache directory, or "" (memory) when there is none.
-func gitCacheDir() string {
+func gitCacheDir() string { return userCacheDir("git") }
+
+// helmFetcher is the process's one helm Fetcher, keeping chart archives
+// and repository indexes under the user cache directory (bounded as the
+// operator's cache is, 128 MiB), or in memory when there is none: a chart
+// at one version is downloaded once, and an unchanged repository costs
+// one request answered 304.
+var helmFetcher = sync.OnceValue(func() *helm.Fetcher {
+	return helm.New(helm.Options{CacheDir: userCacheDir("helm")})
+})
+
+// userCacheDir is manifestsync/name under the user cache directory, or ""
+// when there is none.
+func userCacheDir(name string) string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(dir, "manifestsync", "git")
+	return filepath.Join(dir, "manifestsync", name)
 }
 
 // readSecretData reads the data of a Secret manifest: data (base64) and

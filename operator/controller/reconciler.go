@@ -158,7 +158,10 @@ type Reconciler struct {
 	Recorder recorder.EventRecorder
 	// Git makes the git provider of each reconcile; nil fails git
 	// sources.
-	Git     GitProvider
+	Git GitProvider
+	// Helm makes the helm provider of each reconcile; nil fails helm
+	// sources.
+	Helm    HelmProvider
 	Options Options
 
 	managed  client.Reader // the metadata cache of owned objects
@@ -168,6 +171,7 @@ type Reconciler struct {
 	accounts *accounts   // a client per impersonated service account
 	sets     *objectSets // discovery and label-selected caches for object sets
 	guard    *writeGuard
+	caps     capabilityCache // what charts see of each cluster
 }
 
 // The permissions of the reconciler's own kinds. Target objects can be of
@@ -415,7 +419,11 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 	if opts.Namespaces, opts.ClusterNamespaces, err = r.targetNamespaces(ctx, ms, st); err != nil {
 		return nil, err
 	}
-	key := evalKey{uid: ms.UID, generation: ms.Generation, revisions: map[string]string{}, namespaces: opts.Namespaces, clusterNamespaces: opts.ClusterNamespaces}
+	caps, err := r.chartOptions(ctx, ms, &opts)
+	if err != nil {
+		return nil, err
+	}
+	key := evalKey{uid: ms.UID, generation: ms.Generation, revisions: map[string]string{}, namespaces: opts.Namespaces, clusterNamespaces: opts.ClusterNamespaces, capabilities: caps}
 	for name, snap := range snaps {
 		key.revisions[name] = snap.Revision
 	}
@@ -426,7 +434,7 @@ func (r *Reconciler) evaluate(ctx context.Context, ms *v1alpha1.ManifestSync, sn
 		st.eval.result = nil
 	}
 	start := time.Now()
-	res, err := r.Options.evaluatorFor(&ms.Spec).Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps}, opts)
+	res, err := r.Options.evaluatorFor(&ms.Spec).Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
 	evalDuration.WithLabelValues(ms.Namespace, ms.Name).Observe(time.Since(start).Seconds())
 	if err == nil && res.Err() == nil {
 		st.eval = &lastEval{key: key, result: res, redactor: res.Redactor}

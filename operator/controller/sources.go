@@ -72,6 +72,23 @@ func (c *GitCache) Provider(creds git.Credentials) source.GitFetcher {
 // the manager's cache): a deleted ManifestSync's repository leaves memory
 // within a period.
 func (c *GitCache) Sweeper(reader client.Reader, period time.Duration) manager.Runnable {
+	return sweeper(reader, period, func(list *v1alpha1.ManifestSyncList) {
+		var urls []string
+		for _, ms := range list.Items {
+			for _, src := range ms.Spec.Sources {
+				if src.Git != nil {
+					urls = append(urls, src.Git.URL)
+				}
+			}
+		}
+		c.Fetcher.Keep(urls)
+	})
+}
+
+// sweeper returns the runnable that, every period, gives sweep the
+// ManifestSyncs reader lists (the manager's cache); a failed list skips
+// the period, and the cache is kept until the list works again.
+func sweeper(reader client.Reader, period time.Duration, sweep func(*v1alpha1.ManifestSyncList)) manager.Runnable {
 	return manager.RunnableFunc(func(ctx context.Context) error {
 		tick := time.NewTicker(period)
 		defer tick.Stop()
@@ -82,26 +99,18 @@ func (c *GitCache) Sweeper(reader client.Reader, period time.Duration) manager.R
 			case <-tick.C:
 			}
 			var list v1alpha1.ManifestSyncList
-			if err := reader.List(ctx, &list); err != nil {
-				continue // the cache is kept until the list works again
+			if err := reader.List(ctx, &list); err == nil {
+				sweep(&list)
 			}
-			var urls []string
-			for _, ms := range list.Items {
-				for _, src := range ms.Spec.Sources {
-					if src.Git != nil {
-						urls = append(urls, src.Git.URL)
-					}
-				}
-			}
-			c.Fetcher.Keep(urls)
 		}
 	})
 }
 
-// wakeAfterFetch wakes ms when the git fetches it did not wait for end: a
-// server slower than GitWait, whose fetch goes on in the background, gave
-// its reconcile a *git.PendingError or the source's last snapshot (with
-// Pending set); the reconcile yielded its worker.
+// wakeAfterFetch wakes ms when the git and helm fetches it did not wait
+// for end: a server slower than GitWait, whose fetch goes on in the
+// background, gave its reconcile a *source.PendingError (git.PendingError
+// is the same) or the source's last snapshot (with Pending set); the
+// reconcile yielded its worker.
 func (r *Reconciler) wakeAfterFetch(ms *v1alpha1.ManifestSync, snaps map[string]*engine.Snapshot, err error) {
 	if r.remotes == nil || r.remotes.wake == nil {
 		return
@@ -124,10 +133,10 @@ func (r *Reconciler) wakeAfterFetch(ms *v1alpha1.ManifestSync, snaps map[string]
 	}
 }
 
-// fetchSources returns the snapshot of every git, object and object set
-// source, through the one source.Resolver the CLI uses too: git with the
-// credentials of ms's secretRefs, objects through the readers of
-// objectReaders. Kustomize sources are built by the engine from the
+// fetchSources returns the snapshot of every git, helm, object and object
+// set source, through the one source.Resolver the CLI uses too: git and
+// helm with the credentials of ms's secretRefs, objects through the
+// readers of objectReaders. Kustomize sources are built by the engine from the
 // snapshots they name.
 func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync, st *syncState) (map[string]*engine.Snapshot, error) {
 	forgetGoneSources(ms, st)
@@ -144,6 +153,9 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 	if r.Git != nil {
 		res.Git = r.Git(r.gitCredentials(ms))
 	}
+	if r.Helm != nil {
+		res.Helm = r.Helm(r.helmCredentials(ms))
+	}
 	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
 	r.wakeAfterFetch(ms, snaps, err)
 	return snaps, err
@@ -155,16 +167,27 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 // that no Secret body is cached cluster-wide.
 func (r *Reconciler) gitCredentials(ms *v1alpha1.ManifestSync) git.Credentials {
 	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*git.Auth, error) {
-		secrets, err := r.reader(ms)
+		data, err := r.secretData(ctx, ms, ref)
 		if err != nil {
 			return nil, err
 		}
-		var secret corev1.Secret
-		if err := secrets.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &secret); err != nil {
-			return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
-		}
-		return git.FromSecretData(secret.Data), nil
+		return git.FromSecretData(data), nil
 	}
+}
+
+// secretData reads the data of the Secret a source's secretRef names, in
+// ms's namespace, as ms's service account when it has one; its errors name
+// the Secret, never its data.
+func (r *Reconciler) secretData(ctx context.Context, ms *v1alpha1.ManifestSync, ref v1alpha1.LocalObjectReference) (map[string][]byte, error) {
+	secrets, err := r.reader(ms)
+	if err != nil {
+		return nil, err
+	}
+	var secret corev1.Secret
+	if err := secrets.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ref.Name}, &secret); err != nil {
+		return nil, fmt.Errorf("secretRef %s/%s: %w", ms.Namespace, ref.Name, err)
+	}
+	return secret.Data, nil
 }
 
 // objectReaders gives the reader of each object and object set source of
@@ -292,7 +315,7 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 			if sc.ref == "" && ref.namespace != ms.Namespace {
 				return nil, accessRefused(ms, ref) // as when it exists, unshared
 			}
-			return nil, fmt.Errorf("%s not found", ref)
+			return nil, fmt.Errorf("%s %w", ref, source.ErrNotFound)
 		}
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -332,10 +355,16 @@ func accessRefused(ms *v1alpha1.ManifestSync, ref objectRef) error {
 	return fmt.Errorf("%s: access refused: not found, or not shared with namespace %q (annotation %s)", ref, ms.Namespace, AllowNamespacesAnnotation)
 }
 
-// sourceIndexKeys are the index keys of every object source of ms.
+// sourceIndexKeys are the index keys of every object source of ms, and
+// of the ConfigMaps and Secrets its sources' refs read (substituteFrom,
+// valuesFrom), so that a change of one wakes ms.
 func sourceIndexKeys(ms *v1alpha1.ManifestSync) []string {
 	var keys []string
 	for _, s := range ms.Spec.Sources {
+		for _, r := range source.RefsOf(&s) {
+			ref := objectRef{gvk: corev1.SchemeGroupVersion.WithKind(r.Kind), namespace: ms.Namespace, name: r.Name}
+			keys = append(keys, ref.indexKey())
+		}
 		if s.Object == nil || s.Cluster != nil { // a remote one's events come from its cluster
 			continue
 		}
