@@ -192,7 +192,7 @@ func TestLayerOf(t *testing.T) {
 			t.Errorf("layerOf(%s) = %d, want %d", pkg, got, want)
 		}
 	}
-	if isCore(module+"/engine/source/git") || isCore(module+"/engine/helm") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
-		t.Error("isCore: the git provider and the chart renderer are outside the core, engine/source inside, operator outside")
+	if isCore(module+"/engine/source/git") || isCore(module+"/engine/source/helm") || isCore(module+"/engine/helm") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
+		t.Error("isCore: the git and helm providers and the chart renderer are outside the core, engine/source inside, operator outside")
 	}
 }

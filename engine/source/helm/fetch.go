@@ -118,6 +118,24 @@ func (f *Fetcher) Stats() (downloads, hits, bytes int64, entries int) {
 	return f.downloads.Load(), f.hits.Load(), bytes, entries
 }
 
+// Keep lets go of the last snapshots served of every chart and chart
+// directory that none of sources names: what no caller uses is not held
+// past the cache's bound.
+func (f *Fetcher) Keep(sources []v1alpha1.HelmSource) {
+	keep := map[string]bool{}
+	for _, src := range sources {
+		if src.Source != "" {
+			keep["deps\x00"+src.Source+"\x00"+src.Path] = true
+		} else if r, err := refOf(src); err == nil {
+			keep["chart\x00"+r.repo+"\x00"+r.chart] = true
+		}
+	}
+	f.flights.Keep(func(key string) bool {
+		parts := strings.SplitN(key, "\x00", 4)
+		return len(parts) >= 3 && keep[strings.Join(parts[:3], "\x00")]
+	})
+}
+
 // Provider is the helm provider of a source.Resolver: it fetches through
 // one Fetcher with the credentials Credentials gives (none when nil).
 type Provider struct {
