@@ -96,6 +96,9 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 		targets[i] = t
 		created := map[v1alpha1.ObjectID]bool{} // objects this target would create
 		for i, obj := range t.Objects {
+			if h, skip, _ := engine.HookOf(obj); h != nil || skip {
+				continue // a hook runs per sync, never applied as the rest; Argo CD's diff leaves hooks out too
+			}
 			desired[v1alpha1.IDOf(obj)] = true
 			d, err := dryRunObject(ctx, a, t, obj, t.Digests[i], created)
 			if err != nil {
