@@ -338,8 +338,10 @@ func TestSlowRepositoryDoesNotHoldTheCaller(t *testing.T) {
 
 // hangingRepo is a repository that accepts requests and never answers,
 // until the client gives up or the test ends.
-func hangingRepo(t *testing.T) *helmtest.Repo {
-	repo := helmtest.NewRepo(t)
+func hangingRepo(t *testing.T) *helmtest.Repo { return hang(t, helmtest.NewRepo(t)) }
+
+// hang makes repo accept requests and never answer.
+func hang(t *testing.T, repo *helmtest.Repo) *helmtest.Repo {
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	repo.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -361,4 +363,30 @@ func randomText(n int) string {
 		b[i] = 'a' + byte(x%26)
 	}
 	return string(b)
+}
+
+// While a fetch hangs, a caller gets the source's last snapshot (Pending
+// set); once Keep no longer names the chart, that snapshot is let go of
+// and the caller gets a *source.PendingError instead.
+func TestKeepLetsGoOfLastSnapshots(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	f := helm.New(helm.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
+	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
+	if _, err := f.Fetch(context.Background(), "app", src, nil); err != nil {
+		t.Fatal(err)
+	}
+	hang(t, repo)
+	stale, err := f.Fetch(context.Background(), "app", src, nil)
+	if err != nil || stale.Pending == nil || !strings.HasPrefix(stale.Revision, "demo@1.0.0@") {
+		t.Fatalf("while the server hangs: %v, %v; want the last snapshot, pending", stale, err)
+	}
+	f.Keep([]v1alpha1.HelmSource{src}) // still named: kept
+	if again, err := f.Fetch(context.Background(), "app", src, nil); err != nil || again.Pending == nil {
+		t.Fatalf("kept: %v, %v", again, err)
+	}
+	f.Keep([]v1alpha1.HelmSource{{Chart: "other", Repository: repo.URL}})
+	if _, err := f.Fetch(context.Background(), "app", src, nil); !errors.Is(err, source.ErrPending) {
+		t.Fatalf("after Keep without it: %v, want a pending error", err)
+	}
 }
