@@ -128,6 +128,9 @@ func refuseCollisionsHashed(targets []*TargetResult, clusters []string, hash fun
 			continue
 		}
 		for j, o := range objs {
+			if generatedHook(o) {
+				continue // each sync names it of its own target's output (NameHook)
+			}
 			k := key{clusters[i], v1alpha1.IDOf(o)}
 			h := hash(k)
 			first, seen := owners[h]

@@ -276,3 +276,25 @@ metadata:
 		t.Errorf("NameHook = %q", got)
 	}
 }
+
+// Two targets of one namespace with the same generateName hook do not
+// collide: each sync names the hook of its own target's output; their
+// named objects still do.
+func TestGeneratedHooksDoNotCollide(t *testing.T) {
+	objs := hookObjs(t, `apiVersion: batch/v1
+kind: Job
+metadata:
+  generateName: migrate-
+  namespace: web
+  annotations: {argocd.argoproj.io/hook: PreSync}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: shared, namespace: web}`)
+	a := &TargetResult{Name: "a", Namespace: "web", Objects: objs}
+	b := &TargetResult{Name: "b", Namespace: "web", Objects: objs}
+	refuseCollisions([]*TargetResult{a, b}, []string{"", ""})
+	if len(a.Collisions) != 1 || a.Collisions[0].Object != "ConfigMap web/shared" {
+		t.Errorf("collisions %+v, want the ConfigMap's only", a.Collisions)
+	}
+}
