@@ -41,7 +41,8 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // worker's memory limit: it runs a program the user wrote (a transform,
 // Starlark or CUE; CUE schemas or policies read from a source; a
 // kustomize build, whose plugins and generators are programs of a kind
-// too), or it parses files of a git source. Parsing is bounded by no byte
+// too; a chart's templates, which may loop without end), or it parses
+// files of a git source. Parsing is bounded by no byte
 // limit: YAML takes 12 times its size in memory for ordinary manifests
 // and 100 times for dense flow maps (an 8 MiB file, the largest a git
 // source may hold, 819 MiB), so a file that passes through (no transform,
@@ -58,7 +59,7 @@ func needsWorker(spec *v1alpha1.ManifestSyncSpec) bool {
 		}
 	}
 	for _, s := range spec.Sources {
-		if s.Kustomize != nil || s.Git != nil {
+		if s.Kustomize != nil || s.Git != nil || s.Helm != nil {
 			return true
 		}
 	}

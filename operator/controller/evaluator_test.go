@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
+	helmrender "github.com/manifestsync/manifestsync/engine/helm"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
@@ -31,7 +32,7 @@ const evalWorkerEnv = "MANIFESTSYNC_TEST_EVAL_WORKER"
 
 func init() {
 	if os.Getenv(evalWorkerEnv) == "1" {
-		if err := worker.ServeStdio(); err != nil {
+		if err := worker.ServeStdioWith(worker.ServeOptions{Helm: helmrender.Renderer{}, Stuck: helmrender.Stuck}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -266,6 +267,7 @@ func TestNeedsWorker(t *testing.T) {
 		{"cue", v1alpha1.ManifestSyncSpec{Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{ProgramRef: v1alpha1.ProgramRef{Inline: "objects: []"}}}}, true},
 		{"schemas of a source", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}, {Source: "repo", Path: "policies"}}}, true},
 		{"kustomize", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}}, {Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo"}}}}, true},
+		{"helm", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "chart", Helm: &v1alpha1.HelmSource{Chart: "c", Repository: "https://example.com"}}}}, true},
 		{"git files passing through", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
 			{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
 			{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}},

@@ -183,13 +183,17 @@ type evalKey struct {
 	namespaces []engine.Namespace
 	// clusterNamespaces are those of remote clusters, by engine.ClusterID.
 	clusterNamespaces map[string][]engine.Namespace
+	// capabilities is a digest of what charts see of the clusters
+	// (Reconciler.chartOptions).
+	capabilities string
 }
 
 func (k evalKey) equal(o evalKey) bool {
 	return k.uid == o.uid && k.generation == o.generation &&
 		maps.Equal(k.revisions, o.revisions) &&
 		sameNamespaces(k.namespaces, o.namespaces) &&
-		maps.EqualFunc(k.clusterNamespaces, o.clusterNamespaces, sameNamespaces)
+		maps.EqualFunc(k.clusterNamespaces, o.clusterNamespaces, sameNamespaces) &&
+		k.capabilities == o.capabilities
 }
 
 func sameNamespaces(a, b []engine.Namespace) bool {
