@@ -59,8 +59,10 @@ type hookRun struct {
 	waiting []string
 	// recheck is when to look again while waiting.
 	recheck time.Time
-	// failed is the failure of the run, naming the hook.
-	failed error
+	// failed is the failure of the run, naming the hook; justFailed is
+	// set when it failed in this reconcile (its event is recorded once).
+	failed     error
+	justFailed bool
 }
 
 // hookStatusOf is the HookStatus of target t in ms's last status.
@@ -378,7 +380,7 @@ func (h *hookRun) judgeHook(live *unstructured.Unstructured) (done bool, failure
 // fail ends the run with err, naming the hook, and runs the SyncFail
 // hooks (created, not waited for).
 func (h *hookRun) fail(ctx context.Context, err error) {
-	h.failed = err
+	h.failed, h.justFailed = err, true
 	h.waiting, h.recheck = nil, time.Time{}
 	h.status.Phase, h.status.Message = hookFailed, truncate(err.Error())
 	h.runPhase(ctx, engine.PhaseSyncFail, false)

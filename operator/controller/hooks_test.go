@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,7 +129,9 @@ func TestHooksRunOncePerOutput(t *testing.T) {
 	if n := seen.count(watch.Added, "post"); n != 2 {
 		t.Errorf("the PostSync hook was created %d times over two outputs, want 2", n)
 	}
-	eventually(t, timeout, func() error { return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "post"}}) })
+	eventually(t, timeout, func() error {
+		return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "post"}})
+	})
 
 	// Hooks gone from the output are not pruned; the ordinary object is.
 	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) {
@@ -138,7 +141,9 @@ func TestHooksRunOncePerOutput(t *testing.T) {
 	if row := targetRow(t, got); row.Hooks != nil {
 		t.Errorf("hooks status %+v for an output without hooks", row.Hooks)
 	}
-	eventually(t, timeout, func() error { return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}) })
+	eventually(t, timeout, func() error {
+		return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}})
+	})
 	for _, name := range []string{pre, second, "helm-pre"} {
 		mustConfigMap(t, ns, name)
 	}
@@ -174,4 +179,48 @@ func TestHookThroughWriteGate(t *testing.T) {
 		return nil
 	})
 	tc.wait(t, ms, v1alpha1.ReasonSynced)
+}
+
+// A hook the API server refuses fails the sync as a failed hook does:
+// HookFailed naming it, the Sync wave not applied, the SyncFail hook run,
+// one Warning event (not one per retry), and the failure counted under
+// its reason.
+func TestHookRefusedFailsTheSync(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	ms := newSync(home, "refused-hook", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  annotations: {argocd.argoproj.io/hook: PreSync}\ndata: {\"bad key!\": x}\n",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\n",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cleanup\n  annotations: {argocd.argoproj.io/hook: SyncFail}\n",
+		),
+		Targets:  targets(ns),
+		Interval: &metav1.Duration{Duration: time.Hour},
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonHookFailed)
+	want := "hook PreSync ConfigMap " + ns + "/bad: creating it: "
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) || !strings.Contains(msg, "is invalid") {
+		t.Errorf("Ready's message %q lacks %q", msg, want)
+	}
+	if row := targetRow(t, got); row.State != v1alpha1.TargetFailed || row.Hooks == nil || row.Hooks.Phase != "Failed" {
+		t.Errorf("row %+v, hooks %+v", row, row.Hooks)
+	}
+	if _, err := getConfigMap(ns, "app"); !apierrors.IsNotFound(err) {
+		t.Errorf("the Sync wave was applied after the PreSync hook failed: %v", err)
+	}
+	if cm := mustConfigMap(t, ns, "cleanup"); cm.Labels[HookLabel] != "SyncFail" {
+		t.Errorf("SyncFail hook labels %v", cm.Labels)
+	}
+	waitEvent(t, ms, EventSyncFailed, want)
+	if _, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: home, Name: ms.Name}}); err == nil {
+		t.Error("a resync of a failed hook run returned no error: it would not be retried")
+	}
+	if n := recorded.count(ms, EventSyncFailed); n != 1 {
+		t.Errorf("%d SyncFailed events, want 1: a failed run is reported once", n)
+	}
+	if n := testutil.ToFloat64(failuresTotal.WithLabelValues(home, ms.Name, "t0", v1alpha1.ReasonHookFailed)); n < 1 {
+		t.Errorf("manifestsync_failures_total{reason=HookFailed} = %v", n)
+	}
 }

@@ -516,6 +516,10 @@ func (r *Reconciler) countObjects(ms *v1alpha1.ManifestSync, outcomes []*targetO
 			case len(o.failures()) > 0:
 			case o.empty != nil:
 				reason = v1alpha1.ReasonEmptyOutput
+			case o.hooks != nil && o.hooks.failed != nil:
+				reason = v1alpha1.ReasonHookFailed
+			case o.hooks != nil && o.hooks.pending():
+				continue // waiting for a hook fails nothing
 			default:
 				reason = v1alpha1.ReasonConflict
 			}

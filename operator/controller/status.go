@@ -477,6 +477,9 @@ func (r *Reconciler) syncEvents(ms *v1alpha1.ManifestSync, res *engine.Result, o
 		if errs := o.failures(); len(errs) > 0 {
 			r.event(ms, true, EventSyncFailed, "Apply", joinErrors(errs))
 		}
+		if h := o.hooks; h != nil && h.justFailed {
+			r.event(ms, true, EventSyncFailed, "Hook", fmt.Sprintf("Target %q: %v", o.target.ID(), h.failed))
+		}
 	}
 	if len(pr.pruned) > 0 {
 		names := make([]string, len(pr.pruned))
