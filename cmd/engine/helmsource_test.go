@@ -38,21 +38,8 @@ spec:
 `,
 		"charts.yaml": "apiVersion: v1\nkind: Secret\nmetadata: {name: charts}\nstringData: {username: robot, password: chart-pw-1234}\n",
 	})
-	eval := func(args ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		code := run(append([]string{"eval", "-f", sync, "-o", "json"}, args...), &stdout, &stderr)
-		return code, stdout.String(), stderr.String()
-	}
-	revision := func(out string) string {
-		t.Helper()
-		var res struct {
-			Inputs struct{ Sources map[string]string } `json:"inputs"`
-		}
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			t.Fatalf("%v:\n%s", err, out)
-		}
-		return res.Inputs.Sources["chart"]
-	}
+	eval := func(args ...string) (int, string, string) { return evalJSON(sync, args...) }
+	revision := func(out string) string { t.Helper(); return inputRevision(t, out, "chart") }
 	want := "demo@1.1.0@" + helmtest.Digest(helmtest.Package("demo", helmtest.Chart("demo", "1.1.0", nil)))
 	for range 2 {
 		code, out, errOut := eval()
@@ -106,4 +93,24 @@ spec:
 	if code != 0 || !strings.HasPrefix(revision(out), "demo@8.0.0@local:"+filepath.ToSlash(other)+"@sha256:") || !strings.Contains(out, `"name": "given-demo"`) {
 		t.Fatalf("--source: exit %d, revision %q: %s", code, revision(out), errOut)
 	}
+}
+
+// evalJSON runs engine eval -f sync -o json with args: the exit code,
+// stdout and stderr.
+func evalJSON(sync string, args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(append([]string{"eval", "-f", sync, "-o", "json"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// inputRevision is the revision of source name in eval's JSON output.
+func inputRevision(t *testing.T, out, name string) string {
+	t.Helper()
+	var res struct {
+		Inputs struct{ Sources map[string]string } `json:"inputs"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	return res.Inputs.Sources[name]
 }

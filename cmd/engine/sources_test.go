@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,21 +40,8 @@ spec:
   - name: dev
     namespace: dev
 `})
-	eval := func(args ...string) (int, string, string) {
-		var stdout, stderr bytes.Buffer
-		code := run(append([]string{"eval", "-f", sync, "-o", "json"}, args...), &stdout, &stderr)
-		return code, stdout.String(), stderr.String()
-	}
-	revision := func(out string) string {
-		t.Helper()
-		var res struct {
-			Inputs struct{ Sources map[string]string } `json:"inputs"`
-		}
-		if err := json.Unmarshal([]byte(out), &res); err != nil {
-			t.Fatalf("%v:\n%s", err, out)
-		}
-		return res.Inputs.Sources["config"]
-	}
+	eval := func(args ...string) (int, string, string) { return evalJSON(sync, args...) }
+	revision := func(out string) string { t.Helper(); return inputRevision(t, out, "config") }
 
 	// As the spec says, twice: the second run is served from the cache.
 	for range 2 {
