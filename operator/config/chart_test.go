@@ -184,10 +184,10 @@ func TestChartOptions(t *testing.T) {
 		}
 		// The write gate is on: only the operator's own namespace is
 		// trusted (the flag's default), no tenant runs as a default
-		// account; the git cache has the flag's default size.
+		// account; the git and helm caches have the flag's default size.
 		for _, a := range args {
 			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") ||
-				strings.HasPrefix(a, "--git-cache-max-size") {
+				strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
 				t.Errorf("the operator's args %v set %s by default", args, a)
 			}
 		}
@@ -215,7 +215,7 @@ func TestChartOptions(t *testing.T) {
 		objs := renderChart(t, "manifestsync", "ops", "-f", "testdata/chart-values-all.yaml")
 		checkWiring(t, objs)
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
-		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--git-cache-max-size=256Mi", "--require-service-account",
+		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--git-cache-max-size=256Mi", "--helm-cache-max-size=64Mi", "--require-service-account",
 			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
 			"--trusted-namespaces=ops,platform", "--default-service-account=tenant"} {
 			if !slices.Contains(args, want) {
@@ -294,7 +294,7 @@ func TestChartOptions(t *testing.T) {
 
 	t.Run("schema", func(t *testing.T) {
 		for _, set := range []string{"instanceID=Not_An_ID", "replica=3", "evalWorkers=0", "image.digest=latest",
-			"gitCacheMaxSize=lots", "defaultServiceAccount=Not_An_Account", "trustedNamespaces={Team_A}"} {
+			"gitCacheMaxSize=lots", "helmCacheMaxSize=lots", "defaultServiceAccount=Not_An_Account", "trustedNamespaces={Team_A}"} {
 			if out, err := runHelm(t, "template", "manifestsync", chartDir, "--set", set); err == nil {
 				t.Errorf("helm template --set %s: no error, want the values schema to refuse it\n%s", set, out)
 			}
