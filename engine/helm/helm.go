@@ -219,15 +219,46 @@ func render(ctx context.Context, c stdlib.HelmChart) ([]stdlib.HelmManifest, err
 // whole chain of includes, 100 KiB for a runaway include.
 const maxMessage = 1024
 
-// shorten is err with its message cut in the middle when longer than
-// maxMessage: the start names the template and line, the end says what
-// failed.
+// shorten is err with its message on one line (Helm's trace of a failed
+// template spans several: "web/templates/x.yaml:2:13\n  executing ...
+// at <.Values.a>:\n    nil pointer ..."), as statuses and events show
+// messages, and cut in the middle when longer than maxMessage: the start
+// names the template and line, the end says what failed.
 func shorten(err error) error {
-	msg := err.Error()
-	if len(msg) <= maxMessage {
+	msg := oneLine(err.Error())
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage/2] + " [...] " + msg[len(msg)-maxMessage/2:]
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return &shortError{msg: msg[:maxMessage/2] + " [...] " + msg[len(msg)-maxMessage/2:], err: err}
+	return &shortError{msg: msg, err: err}
+}
+
+// oneLine joins the lines of msg, trimmed, with ": " (or a space after a
+// line that ends with a colon).
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var b strings.Builder
+	prev := ""
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		switch {
+		case prev == "":
+		case strings.HasSuffix(prev, ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString(": ")
+		}
+		b.WriteString(l)
+		prev = l
+	}
+	return b.String()
 }
 
 type shortError struct {

@@ -182,7 +182,7 @@ func TestErrors(t *testing.T) {
 	}{{
 		name:  "exec error",
 		files: map[string]string{"templates/cm.yaml": "a: 1\nb: {{ .Values.x.y.z }}\n"},
-		want:  []string{`chart "bad": `, "bad/templates/cm.yaml:2:", "nil pointer evaluating"},
+		want:  []string{`chart "bad": bad/templates/cm.yaml:2:13: executing "bad/templates/cm.yaml" at <.Values.x.y.z>: nil pointer evaluating`},
 	}, {
 		name:  "parse error",
 		files: map[string]string{"templates/cm.yaml": "a: 1\n\nb: {{ nosuchfunc }}\n"},
@@ -229,6 +229,9 @@ func TestErrors(t *testing.T) {
 			})
 			if err == nil {
 				t.Fatal("rendered")
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q spans lines", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
