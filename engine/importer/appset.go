@@ -239,9 +239,9 @@ func (in *inputs) clusterGenerator(o *object, field string, goTmpl bool) ([]map[
 			continue
 		}
 		name, server := secretField(s, "name"), secretField(s, "server")
-		if name == "" {
-			name = s.name
-			o.report(field, fmt.Sprintf("cluster Secret %s/%s: its name is not known (data.name not given): the Secret's name stands for it", s.namespace, s.name))
+		if server == "" {
+			o.report(field, fmt.Sprintf("cluster Secret %s/%s: its server is in its data, which import does not read from a cluster: give the Secret as a file to have its Application written", s.namespace, s.name))
+			continue
 		}
 		if strings.TrimSuffix(server, "/") == inClusterServer {
 			local = true

@@ -171,8 +171,19 @@ func Import(objs []Object, opts Options) (*Result, error) {
 	if opts.Namespace != "" {
 		moveInto(res.Syncs, opts.Namespace)
 	}
+	byName := map[string]*Imported{}
+	for _, im := range res.Syncs {
+		key := im.Sync.Namespace + "/" + im.Sync.Name
+		if other := byName[key]; other != nil {
+			errs = append(errs, fmt.Errorf("%s and %s would both be ManifestSync %s: import them into other namespaces (--to-namespace), one at a time", strings.Join(other.From, ", "), strings.Join(im.From, ", "), key))
+		}
+		byName[key] = im
+	}
 	for _, im := range res.Syncs {
 		if verrs := engine.Validate(&im.Sync.Spec); len(verrs) > 0 {
+			for _, e := range verrs {
+				e.File = "ManifestSync " + im.Sync.Namespace + "/" + im.Sync.Name
+			}
 			errs = append(errs, fmt.Errorf("%s: the ManifestSync written would not validate: %w", strings.Join(im.From, ", "), verrs))
 		}
 	}
