@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/manifestsync/manifestsync/lang/kustomize"
@@ -54,6 +55,9 @@ func (e *evaluation) sourceObjects(s *v1alpha1.Source, snap *Snapshot) ([]Input,
 	from := snap
 	if k := buildOf(s).Kustomize; s.Git != nil && (k == nil || *k) && kustomize.HasKustomization(snap.Files, ".") {
 		built, err := KustomizeBuild(snap, ".")
+		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" {
+			return nil, fmt.Errorf("source %q: %w (the tree of a git source is its path: for a base elsewhere in the repository, read it whole with a git source and build %s with a kustomize source)", s.Name, err, s.Git.Path)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", s.Name, err)
 		}

@@ -1,6 +1,7 @@
 package kustomize
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -10,6 +11,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 )
+
+// ErrLeavesTree is the error of a kustomization that names a path above
+// the root of the tree it is built in.
+var ErrLeavesTree = errors.New("leaves the source's tree")
 
 // kustomizationNames are the file names kustomize reads a kustomization from.
 var kustomizationNames = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
@@ -47,7 +52,7 @@ func checkHermetic(files map[string][]byte, dir string) error {
 		}
 		for _, lp := range localPaths(doc) {
 			if p := path.Join(d, lp.path); p == ".." || strings.HasPrefix(p, "../") {
-				return fmt.Errorf("%s: %s: path %q leaves the source's tree", name, lp.field, lp.path)
+				return fmt.Errorf("%s: %s: path %q %w", name, lp.field, lp.path, ErrLeavesTree)
 			}
 		}
 		for _, key := range []string{"resources", "bases", "components"} {
