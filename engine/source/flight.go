@@ -118,6 +118,13 @@ func (f *Flights) Keep(keep func(key string) bool) {
 	}
 }
 
+// Held is how many last snapshots it holds.
+func (f *Flights) Held() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.served)
+}
+
 func (f *Flights) start(key string, run func(ctx context.Context) (*engine.Snapshot, error)) (*flight, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

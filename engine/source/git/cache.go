@@ -124,24 +124,11 @@ func (f *Fetcher) Keep(urls []string) {
 			f.dropLocked(k, true)
 		}
 	}
-	for k, fl := range f.flights {
-		if !keep[k.url] && isDone(fl) {
-			delete(f.flights, k)
-		}
-	}
+	f.flights.Keep(func(k string) bool { return keep[urlOf(k)] })
 	for k := range f.snaps {
 		if !keep[k.url] {
 			delete(f.snaps, k)
 		}
-	}
-}
-
-func isDone(fl *flight) bool {
-	select {
-	case <-fl.done:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -163,11 +150,7 @@ func (f *Fetcher) dropLocked(key string, disk bool) int64 {
 			delete(f.snaps, k)
 		}
 	}
-	for k := range f.served {
-		if k.url == key {
-			delete(f.served, k)
-		}
-	}
+	f.flights.Keep(func(k string) bool { return urlOf(k) != key })
 	if disk && f.opts.CacheDir != "" {
 		_ = os.RemoveAll(f.cacheDir(key))
 	}

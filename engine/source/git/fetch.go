@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,8 +75,7 @@ type Fetcher struct {
 	mu      sync.Mutex
 	repos   map[string]*cachedRepo
 	snaps   map[snapKey]*cachedSnap
-	flights map[flightKey]*flight
-	served  map[flightKey]*engine.Snapshot
+	flights *source.Flights // the fetches, and the last snapshot served of each source
 	clients map[[32]byte]*http.Client
 	objects *cache.ObjectLRU // of the repositories under CacheDir
 }
@@ -109,11 +109,16 @@ type flightKey struct {
 	auth string
 }
 
-// flight is one fetch, running or ended.
-type flight struct {
-	done chan struct{}
-	snap *engine.Snapshot
-	err  error
+// String is the key of the fetch in Fetcher.flights: the URL first, so
+// that urlOf finds it.
+func (k flightKey) String() string {
+	return k.url + "\x00" + k.ref + "\x00" + k.path + "\x00" + k.auth
+}
+
+// urlOf is the URL of the fetch whose key is key.
+func urlOf(key string) string {
+	url, _, _ := strings.Cut(key, "\x00")
+	return url
 }
 
 // ErrPending is what a *PendingError is.
@@ -141,8 +146,7 @@ func New(opts Options) *Fetcher {
 		opts:    opts,
 		repos:   map[string]*cachedRepo{},
 		snaps:   map[snapKey]*cachedSnap{},
-		flights: map[flightKey]*flight{},
-		served:  map[flightKey]*engine.Snapshot{},
+		flights: &source.Flights{Wait: opts.Wait, Timeout: opts.Timeout},
 		clients: map[[32]byte]*http.Client{},
 		objects: cache.NewObjectLRU(cache.FileSize(opts.MaxFileBytes)),
 	}
@@ -205,78 +209,15 @@ func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth)
 }
 
 // await joins the fetch of j's source and credentials, or starts it, and
-// waits for it as Options.Wait says.
+// waits for it as Options.Wait says (source.Flights: a caller that finds
+// the fetch running is not held, so that the retries of a source whose
+// server hangs hold no one).
 func (f *Fetcher) await(ctx context.Context, j *job) (*engine.Snapshot, error) {
-	fl, started := f.flight(j)
-	var wait <-chan time.Time
-	if f.opts.Wait > 0 {
-		// Only the caller that started the fetch waits for it: one that
-		// finds it running was told before, and is woken by Done, so that
-		// the retries of a source whose server hangs hold no one.
-		d := f.opts.Wait
-		if !started {
-			d = 0
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		wait = t.C
-	}
-	select {
-	case <-fl.done:
-	case <-wait:
-		if isDone(fl) {
-			break
-		}
-		f.mu.Lock()
-		last := f.served[j.key]
-		f.mu.Unlock()
-		if last != nil {
-			stale := cloneSnap(last)
-			stale.Pending = fl.done
-			return stale, nil
-		}
-		return nil, &PendingError{Done: fl.done, Wait: f.opts.Wait}
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.flights[j.key] == fl { // the next Fetch asks the server again
-		delete(f.flights, j.key)
-	}
-	if fl.err != nil {
-		delete(f.served, j.key)
-		return nil, fl.err
-	}
-	f.served[j.key] = fl.snap
-	return cloneSnap(fl.snap), nil
-}
-
-func cloneSnap(s *engine.Snapshot) *engine.Snapshot {
-	c := *s
-	c.Files = maps.Clone(s.Files)
-	return &c
-}
-
-// flight returns the fetch of j's key, starting it if there is none, and
-// whether it started it.
-func (f *Fetcher) flight(j *job) (*flight, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fl, ok := f.flights[j.key]; ok {
-		return fl, false
-	}
-	fl := &flight{done: make(chan struct{})}
-	f.flights[j.key] = fl
-	go func() {
-		cause := fmt.Errorf("timed out after %s: %w", f.opts.Timeout, context.DeadlineExceeded)
-		ctx, cancel := context.WithTimeoutCause(context.Background(), f.opts.Timeout, cause)
-		defer cancel()
-		fl.snap, fl.err = f.run(ctx, j)
-		close(fl.done)
+	return f.flights.Do(ctx, j.key.String(), func(ctx context.Context) (*engine.Snapshot, error) {
+		snap, err := f.run(ctx, j)
 		f.evict()
-	}()
-	return fl, true
+		return snap, err
+	})
 }
 
 // run does j holding the lock of its repository. When ctx ends first it

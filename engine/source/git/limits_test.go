@@ -154,7 +154,7 @@ func TestPending(t *testing.T) {
 	good := v1alpha1.GitSource{URL: front.URL + "/seeded.git"}
 	mustFetch(t, f, good, nil)
 	hang.Store(true)
-	f.opts.Wait = 50 * time.Millisecond
+	f.opts.Wait, f.flights.Wait = 50*time.Millisecond, 50*time.Millisecond
 	snap := mustFetch(t, f, good, nil)
 	if snap.Revision != "HEAD@sha1:"+repo.hashes["c4"] || snap.Pending == nil {
 		t.Errorf("revision %s, pending %v: want the last one, pending", snap.Revision, snap.Pending)
@@ -214,7 +214,7 @@ func TestCacheBounds(t *testing.T) {
 		t.Errorf("after Keep(two): %d repositories", repos)
 	}
 	f.Keep(nil)
-	if size, repos := f.CacheBytes(); size != 0 || repos != 0 || len(f.snaps) != 0 || len(f.served) != 0 {
+	if size, repos := f.CacheBytes(); size != 0 || repos != 0 || len(f.snaps) != 0 || f.flights.Held() != 0 {
 		t.Errorf("after Keep(): %d bytes in %d repositories, %d snapshots", size, repos, len(f.snaps))
 	}
 
