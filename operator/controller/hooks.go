@@ -261,7 +261,9 @@ func (h *hookRun) runHook(ctx context.Context, phase engine.HookPhase, hk engine
 		return false, h.create(ctx, phase, obj, run, what)
 	case err != nil:
 		return false, fmt.Errorf("%s: reading it: %w", what, err)
-	case live.GetLabels()[OwnerLabel] != h.owner || live.GetLabels()[HookLabel] == "":
+	case live.GetLabels()[OwnerLabel] != h.owner:
+		// Not ours (an object ours from before it was a hook, without
+		// HookLabel, is left by an earlier sync as a hook is).
 		return false, fmt.Errorf("%s: it exists and is not a hook of this ManifestSync%s", what, ownedBy(live.GetLabels()[OwnerLabel]))
 	case live.GetDeletionTimestamp() != nil:
 		h.wait(what + " (an earlier one being deleted)")

@@ -224,3 +224,35 @@ func TestHookRefusedFailsTheSync(t *testing.T) {
 		t.Errorf("manifestsync_failures_total{reason=HookFailed} = %v", n)
 	}
 }
+
+// An ordinary object made a hook (annotated PreSync) is recreated as a
+// hook (before-hook-creation) and leaves the inventory without being
+// pruned.
+func TestObjectMadeAHook(t *testing.T) {
+	env.Need(t)
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	plain := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: migrate}\n"
+	hooked := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: migrate\n  annotations: {argocd.argoproj.io/hook: PreSync}\n"
+	app := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\n"
+	ms := newSync(home, "made-hook", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf(plain, app),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	})
+	createSync(t, ms)
+	ready(t, ms)
+	before := mustConfigMap(t, ns, "migrate").UID
+	updateSync(t, ms, func(ms *v1alpha1.ManifestSync) { ms.Spec.Transform = objectsOf(hooked, app) })
+	got := ready(t, ms)
+	if entries := entriesOf(t, got); len(entries) != 1 || !strings.Contains(entries[0].ID, "_app_") {
+		t.Errorf("inventory %+v, want the ordinary ConfigMap only", entries)
+	}
+	// A pruned hook would be gone after the sync that made it.
+	if _, err := reconciler.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: home, Name: ms.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	cm := mustConfigMap(t, ns, "migrate")
+	if cm.UID == before || cm.Labels[HookLabel] != "PreSync" {
+		t.Errorf("the object made a hook: uid %s (was %s), labels %v; want it recreated as a hook", cm.UID, before, cm.Labels)
+	}
+}

@@ -193,8 +193,8 @@ func orphanOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.
 }
 
 // ownedObject reads the metadata of an inventory object from the API
-// server; nil when it is gone, its kind is no longer served, or it is no
-// longer ours.
+// server; nil when it is gone, its kind is no longer served, it is no
+// longer ours, or it is now a hook (an object of ours made a hook).
 func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, it inventoryItem) (*metav1.PartialObjectMetadata, error) {
 	obj := &metav1.PartialObjectMetadata{}
 	obj.SetGroupVersionKind(it.gvk())
@@ -204,8 +204,8 @@ func (r *Reconciler) ownedObject(ctx context.Context, ms *v1alpha1.ManifestSync,
 		}
 		return nil, fmt.Errorf("reading %s: %w", it.id.String(), err)
 	}
-	if obj.Labels[OwnerLabel] != r.Options.owner(ms) {
-		return nil, nil
+	if obj.Labels[OwnerLabel] != r.Options.owner(ms) || obj.Labels[HookLabel] != "" {
+		return nil, nil // not ours, or now a hook: hooks are never pruned
 	}
 	return obj, nil
 }
