@@ -13,6 +13,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 	"sigs.k8s.io/yaml"
 
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/stdlib"
 )
@@ -288,6 +289,10 @@ func (e *evaluation) render(ctx context.Context, h *helmSource, t target) ([]Inp
 		Capabilities: e.capabilities(t.spec),
 		MaxBytes:     limits.MaxBytes,
 	})
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		// The evaluation's timeout, as a script's: the CLI says which flag.
+		return nil, fmt.Errorf("source %q: rendering the chart: %w", name, &lstar.LimitError{Limit: lstar.LimitTimeout, Value: limits.Timeout.String(), Err: err})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("source %q: %w", name, err)
 	}

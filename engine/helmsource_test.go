@@ -2,14 +2,17 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/helm"
+	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
 
 // chartRepo is a source holding a chart at app/ and a values file beside
@@ -267,6 +270,24 @@ func TestHelmErrors(t *testing.T) {
 	}}, engine.Options{})
 	if err != nil || res.Targets[0].Err == nil || !strings.Contains(res.Targets[0].Err.Error(), `source "app": no chart renderer`) {
 		t.Errorf("without a renderer: %v, %v", err, res.Targets[0].Err)
+	}
+}
+
+// TestHelmTimeout: a chart whose template never ends fails its target at
+// the evaluation's timeout, as a script's limit (lstar.LimitError).
+func TestHelmTimeout(t *testing.T) {
+	files := chartRepo()
+	files["app/templates/loop.yaml"] = []byte("{{ range $i := 100000000000 }}{{ end }}\n")
+	snaps := map[string]*engine.Snapshot{"charts": {Files: files, Revision: "x"}}
+	start := time.Now()
+	res := evalHelm(t, "        includeCRDs: false", "", engine.Options{Limits: lstar.Limits{Timeout: 300 * time.Millisecond}, Targets: []string{"dev"}}, snaps)
+	err := res.Targets[0].Err
+	var le *lstar.LimitError
+	if !errors.As(err, &le) || le.Limit != lstar.LimitTimeout || !strings.Contains(err.Error(), `source "app": rendering the chart: timeout of 300ms exceeded`) {
+		t.Errorf("error %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v", took)
 	}
 }
 
