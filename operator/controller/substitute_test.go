@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/internal/fluxoracle"
@@ -226,4 +227,36 @@ func TestSubstituteFromReadAsServiceAccount(t *testing.T) {
 	}
 	ready(t, optional)
 	configMapWith(t, timeout, optional, target, "cfg", "env", "base")
+}
+
+func init() {
+	// A repository whose ConfigMap takes a label from a variable.
+	repos["test://substitute"] = &engine.Snapshot{Revision: "main@sha1:5b570000", Files: map[string][]byte{
+		"cm.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  labels:\n    pw: ${password}\n"),
+	}}
+}
+
+// The values of a substituteFrom Secret are Secret values: one that the
+// API server refuses as a label shows masked in the condition and the
+// event, and never in status, events or logs, as such or in base64.
+func TestSubstitutedSecretNeverReported(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	const value = "Not A Label Value!" // the API server refuses it as a label
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "db"}, Data: map[string][]byte{"password": []byte(value)}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(home, "leak", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "test://substitute",
+			Build: v1alpha1.Build{SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "Secret", Name: "db"}}}}}},
+		Targets: targets(ns),
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonApplyFailed)
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "***") || !strings.Contains(msg, "metadata.labels") {
+		t.Errorf("the API server's refusal is not in the condition, masked: %q", msg)
+	}
+	waitEvent(t, ms, EventSyncFailed, "***")
+	checkNoLeak(t, ms, []string{value, base64.StdEncoding.EncodeToString([]byte(value))})
 }
