@@ -156,6 +156,12 @@ func runImport(ctx context.Context, stdout, stderr io.Writer, f *importFlags, ar
 	return writeFindings(stderr, f.report, res)
 }
 
+// Bounds of what engine import reads: one file, and all of them.
+const (
+	maxImportFile  = 16 << 20
+	maxImportBytes = 256 << 20
+)
+
 // importFile matches a YAML file that holds a Flux or Argo CD object, to
 // tell one that is malformed from some other YAML file in a directory.
 var importFile = regexp.MustCompile(`(?m)^\s*apiVersion:\s*["']?[a-z.]*(fluxcd\.io|argoproj\.io)/`)
@@ -169,10 +175,22 @@ func readImportFiles(ctx context.Context, timeout time.Duration, paths []string)
 		return nil, usageErr("import: %w", errors.Join(errs...))
 	}
 	var objs []importer.Object
+	total := int64(0)
 	for _, c := range cands {
+		if info, err := os.Stat(c.path); err == nil {
+			if info.Size() > maxImportFile {
+				return nil, usageErr("import: %s: %d bytes, more than the %d a file may have", c.path, info.Size(), maxImportFile)
+			}
+			if total += info.Size(); total > maxImportBytes {
+				return nil, usageErr("import: the files given hold more than %d bytes: import fewer at a time", maxImportBytes)
+			}
+		}
 		data, err := readUserFile(ctx, timeout, c.path)
 		if err != nil {
 			return nil, usageErr("import: %w", err)
+		}
+		if int64(len(data)) > maxImportFile {
+			return nil, usageErr("import: %s: more than the %d bytes a file may have", c.path, maxImportFile)
 		}
 		o, err := importer.Decode(c.path, data)
 		if err != nil {

@@ -275,3 +275,21 @@ func mustYAML(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// A file larger than engine import reads is refused before it is read,
+// naming it; a hostile directory cannot make it read gigabytes.
+func TestImportFileBound(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(maxImportFile + 1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"import", p}, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "huge.yaml: 16777217 bytes, more than the 16777216 a file may have") {
+		t.Errorf("exit %d\n%s", code, stderr.String())
+	}
+}

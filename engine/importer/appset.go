@@ -25,6 +25,7 @@ import (
 const (
 	maxGenerated = 1000
 	maxRepoWalk  = 20000
+	maxParamFile = 1 << 20
 )
 
 // applicationSet expands an ApplicationSet's list, cluster and git
@@ -430,6 +431,11 @@ func globMatch(pattern, p string) bool {
 // readParamFile reads a git files generator's file: one mapping, or a
 // list of them.
 func readParamFile(repo fs.FS, file string) ([]map[string]any, error) {
+	if info, err := fs.Stat(repo, file); err != nil {
+		return nil, err
+	} else if !info.Mode().IsRegular() || info.Size() > maxParamFile {
+		return nil, fmt.Errorf("not a regular file of at most %d bytes", maxParamFile)
+	}
 	data, err := fs.ReadFile(repo, file)
 	if err != nil {
 		return nil, err

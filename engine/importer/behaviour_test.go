@@ -363,3 +363,24 @@ func containsAll(t *testing.T, findings string, want ...string) {
 		}
 	}
 }
+
+// A git files generator's file larger than the bound is an error naming
+// it, not read.
+func TestParamFileBound(t *testing.T) {
+	repo := fstest.MapFS{"envs/big/config.json": {Data: make([]byte, maxParamFile+1)}}
+	_, err := importYAML(t, `apiVersion: argoproj.io/v1alpha1
+kind: ApplicationSet
+metadata: {name: big, namespace: argocd}
+spec:
+  generators:
+  - git: {repoURL: 'https://example.com/r.git', files: [{path: envs/*/config.json}]}
+  template:
+    metadata: {name: big}
+    spec:
+      source: {repoURL: 'https://example.com/r.git', path: x}
+      destination: {server: 'https://kubernetes.default.svc', namespace: x}
+`, Options{Repos: map[string]fs.FS{"https://example.com/r.git": repo}})
+	if err == nil || !strings.Contains(err.Error(), "envs/big/config.json: not a regular file of at most 1048576 bytes") {
+		t.Errorf("%v", err)
+	}
+}
