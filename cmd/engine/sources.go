@@ -113,9 +113,11 @@ func localSources(sf *engine.SyncFile, snaps map[string]*engine.Snapshot, overri
 		if s.Git == nil && (s.Helm == nil || s.Helm.Chart == "") || given[s.Name] || snap == nil {
 			continue
 		}
-		// A chart's revision is CHART@VERSION@local:PATH@DIGEST.
-		_, local, ok := strings.Cut(snap.Revision, source.LocalPrefix)
-		if !ok || s.Git != nil && !strings.HasPrefix(snap.Revision, source.LocalPrefix) {
+		// A chart's revision is CHART@VERSION@local:PATH@DIGEST; the
+		// digest of the source's refs may start either.
+		rev := source.OwnRevision(snap.Revision)
+		_, local, ok := strings.Cut(rev, source.LocalPrefix)
+		if !ok || s.Git != nil && !strings.HasPrefix(rev, source.LocalPrefix) {
 			continue
 		}
 		name, _, _ := strings.Cut(local, "@")

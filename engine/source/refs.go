@@ -27,6 +27,17 @@ var ErrNotFound = errors.New("not found")
 // new revision of the source and the git commit still ends it.
 const RefsPrefix = "refs:"
 
+// OwnRevision is the revision of a source without the digest of the refs
+// that starts it ("" for the snapshot of a kustomize source's refs).
+func OwnRevision(rev string) string {
+	r, ok := strings.CutPrefix(rev, RefsPrefix)
+	if !ok {
+		return rev
+	}
+	_, own, _ := strings.Cut(r, "@")
+	return own
+}
+
 // A Ref is a ConfigMap or Secret of the ManifestSync's namespace that a
 // source reads: a substituteFrom entry, or a helm valuesFrom entry with a
 // kind.

@@ -61,7 +61,7 @@ func TestResolverReadsRefs(t *testing.T) {
 	if _, ok := got.Refs["ConfigMap/gone"]; ok || len(got.Refs) != 2 {
 		t.Errorf("refs %v: the missing optional one should be absent", got.Refs)
 	}
-	if !strings.HasPrefix(got.Revision, RefsPrefix+"sha256:") || !strings.HasSuffix(got.Revision, "@"+repo.Revision) {
+	if !strings.HasPrefix(got.Revision, RefsPrefix+"sha256:") || OwnRevision(got.Revision) != repo.Revision || OwnRevision(repo.Revision) != repo.Revision {
 		t.Errorf("revision %q", got.Revision)
 	}
 	app := snaps["app"]
