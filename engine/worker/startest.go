@@ -70,7 +70,10 @@ func (s *server) runTest(req *testRequest) (*testResponse, error) {
 	f := req.File
 	f.Snapshot = fromWireSnapshot(req.Snapshot)
 	out := &outputWriter{s: s}
-	passed, failed, goldens := startest.Run(context.Background(), out, req.Limits, f, filter, req.Update)
+	// Tests render charts (helm.template) as eval does offline, with the
+	// renderer's default capabilities.
+	ctx := stdlib.WithHelm(context.Background(), s.opts.Helm, stdlib.HelmCapabilities{}, req.Limits.WithDefaults().MaxBytes)
+	passed, failed, goldens := startest.Run(ctx, out, req.Limits, f, filter, req.Update)
 	return &testResponse{Passed: passed, Failed: failed, Goldens: goldens}, out.err
 }
 
