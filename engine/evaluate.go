@@ -683,8 +683,9 @@ func (e *evaluation) digestInputs() error {
 	// Params cover everything of the spec, besides sources and transform,
 	// that shapes the output: params, targets (with their params and
 	// patches) and the normalisation options.
-	if len(e.helm) > 0 || e.module != nil && e.opts.Helm != nil {
-		// Charts render the cluster's capabilities too.
+	if len(e.helm) > 0 {
+		// Charts render the cluster's capabilities too (those of
+		// helm.template in a transform show in the targets' digests).
 		in.Params, err = digestTyped(struct {
 			Params              map[string]any
 			Targets             []v1alpha1.Target
