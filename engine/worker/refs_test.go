@@ -5,10 +5,14 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
-// substituteSpec is a git source substituted from a Secret ref: the refs
-// cross to the worker, and the parent's redactor learns their values.
+// substituteSpec is a git source whose path holds a kustomization, built
+// and substituted from a Secret ref: the refs cross to the worker, and
+// the parent's redactor learns their values.
 func substituteSpec() engine.Spec {
-	files := map[string][]byte{"cm.yaml": []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {pw: \"${password}\"}\n")}
+	files := map[string][]byte{
+		"cm.yaml":            []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {pw: \"${password}\"}\n"),
+		"kustomization.yaml": []byte("resources: [cm.yaml]\nnamePrefix: built-\n"),
+	}
 	return engine.Spec{
 		Sync: &v1alpha1.ManifestSyncSpec{
 			Sources: []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "https://example.com/app.git",
