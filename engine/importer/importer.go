@@ -12,6 +12,9 @@
 // an ApplicationSet becomes one ManifestSync with a target per generated
 // Application when those differ only in their destination, else one per
 // generated Application (see appset.go).
+//
+// It must not import client-go or controller-runtime (it is part of the
+// engine): the CLI lists the objects of a cluster and hands them in.
 package importer
 
 import (
