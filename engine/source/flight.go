@@ -11,8 +11,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 )
 
-// Flights runs the fetches of a network provider (helm; git keeps its own
-// of the same shape) so that a server that does not answer holds no
+// Flights runs the fetches of the network providers (git and helm) so that a server that does not answer holds no
 // caller longer than Wait: one fetch runs per key (a source and the
 // digest of its credentials), callers of the same key join it, and when
 // Wait passes first the caller gets the key's last snapshot with Pending

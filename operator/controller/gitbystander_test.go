@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // Bystander isolation, git's part: four ManifestSyncs whose git servers
@@ -84,22 +84,10 @@ func TestGitBystanderIsolation(t *testing.T) {
 func gitOperator(t *testing.T, opts git.Options) *GitCache {
 	t.Helper()
 	cache := NewGitCache(opts)
-	mctx, cancel := context.WithCancel(context.Background())
-	mgr, r, err := newOperator(mctx, &testenv.Env{Config: remoteEnv.Config, Scheme: remoteEnv.Scheme})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	r.Git = cache.Provider
-	if err := mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second)); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	stop, err := testenv.StartManager(mctx, cancel, mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	ownOperator(t, func(r *Reconciler, mgr ctrl.Manager) error {
+		r.Git = cache.Provider
+		return mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second))
+	})
 	return cache
 }
 

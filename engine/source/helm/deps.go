@@ -2,7 +2,6 @@ package helm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
-	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -44,9 +42,6 @@ func (f *Fetcher) Dependencies(ctx context.Context, name string, src v1alpha1.He
 		return &engine.Snapshot{Revision: revision, Files: files, Time: dir.Time}, nil
 	})
 	if err != nil {
-		if errors.Is(err, source.ErrPending) {
-			return nil, err
-		}
 		return nil, redact.New(auth.secrets()...).Error(fmt.Errorf("source %q: helm %s: %w", name, where(src), err))
 	}
 	return snap, nil

@@ -230,9 +230,6 @@ func (f *Fetcher) Fetch(ctx context.Context, name string, src v1alpha1.HelmSourc
 		return &engine.Snapshot{Revision: p.chart + "@" + p.version + "@" + p.digest, Files: files}, nil
 	})
 	if err != nil {
-		if errors.Is(err, source.ErrPending) {
-			return nil, err
-		}
 		return nil, redact.New(auth.secrets()...).Error(fmt.Errorf("source %q: helm %s: %w", name, r, err))
 	}
 	return snap, nil
