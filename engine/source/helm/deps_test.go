@@ -2,6 +2,7 @@ package helm_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -99,5 +100,23 @@ func TestDependenciesOfAChartInASource(t *testing.T) {
 	_, err = f.Dependencies(context.Background(), "app", src, &engine.Snapshot{Revision: "r", Files: local}, nil)
 	if err == nil || !strings.Contains(err.Error(), `dependency "sub" comes from "file://../sub"`) {
 		t.Fatalf("file:// dependency: %v", err)
+	}
+}
+
+// A chart with more dependencies to fetch than MaxDependencies fails
+// before fetching any.
+func TestDependencyCountLimit(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	chart := helmtest.Chart("many", "1.0.0", nil)
+	chart["Chart.yaml"] += "dependencies:\n- {name: a, version: 1.0.0, repository: " + repo.URL + "}\n- {name: b, version: 1.0.0, repository: " + repo.URL + "}\n"
+	chart["Chart.lock"] = "dependencies:\n- {name: a, version: 1.0.0, repository: " + repo.URL + "}\n- {name: b, version: 1.0.0, repository: " + repo.URL + "}\n"
+	repo.Add("many", "1.0.0", helmtest.Package("many", chart))
+	f := helm.New(helm.Options{MaxDependencies: 1})
+	_, err := f.Fetch(context.Background(), "app", v1alpha1.HelmSource{Chart: "many", Repository: repo.URL, Insecure: true}, nil)
+	if !errors.Is(err, helm.ErrLimit) || !strings.Contains(err.Error(), "2 dependencies to fetch, more than 1") {
+		t.Fatalf("got %v", err)
+	}
+	if c := repo.Charts.Load(); c != 1 {
+		t.Fatalf("%d archives downloaded, want only the chart's", c)
 	}
 }

@@ -2,6 +2,7 @@ package helm_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -36,6 +37,12 @@ func (c *counted) reset() {
 }
 
 func countingProxy(t *testing.T, target string) (string, *counted) {
+	return authProxy(t, target, "", "")
+}
+
+// authProxy is countingProxy answering 401 to requests without basic auth
+// user and password, when they are set.
+func authProxy(t *testing.T, target, user, password string) (string, *counted) {
 	t.Helper()
 	u, _ := url.Parse("http://" + target)
 	c := &counted{counts: map[string]int{}}
@@ -50,6 +57,11 @@ func countingProxy(t *testing.T, target string) (string, *counted) {
 		c.mu.Lock()
 		c.counts[r.Method+" "+kind]++
 		c.mu.Unlock()
+		if u, p, _ := r.BasicAuth(); (user != "" || password != "") && (u != user || p != password) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="registry"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -144,4 +156,29 @@ func TestOCIUnauthorized(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	t.Logf("%v", err)
+}
+
+// A registry that asks for credentials gets those of the
+// .dockerconfigjson entry of its host (its auth field, as docker login
+// writes it).
+func TestOCIDockerConfigCredentials(t *testing.T) {
+	registry := helmtest.StartRegistry(t)
+	archive := helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil))
+	helmtest.Push(t, registry+"/charts/demo", "1.0.0", archive)
+	host, count := authProxy(t, registry, "robot", "pull-pw-1234")
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:pull-pw-1234"))
+	p := helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
+		return helm.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(`{"auths":{"other.example.com":{"auth":"eDp5"},"` + host + `":{"auth":"` + auth + `"}}}`)}), nil
+	}}
+	snap, err := p.FetchHelm(context.Background(), "app", v1alpha1.HelmSource{
+		Chart: "demo", Version: "^1", Repository: "oci://" + host + "/charts", Insecure: true,
+		SecretRef: &v1alpha1.LocalObjectReference{Name: "pull"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Revision != "demo@1.0.0@"+helmtest.Digest(archive) {
+		t.Fatalf("revision %s", snap.Revision)
+	}
+	t.Logf("with credentials: %v", count.counts)
 }
