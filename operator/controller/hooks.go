@@ -191,7 +191,9 @@ func (h *hookRun) after(ctx context.Context, changes []Change) {
 			if !ch.ours() {
 				continue
 			}
-			if res := judge(ctx, h.c, h.checker, ch); res.Status != health.Current {
+			// Unknown (a custom resource with no status and no rule)
+			// passes, as Argo CD counts a kind it cannot judge healthy.
+			if res := judge(ctx, h.c, h.checker, ch); res.Status != health.Current && res.Status != health.Unknown {
 				h.waiting = append(h.waiting, ch.Item.id.String()+" to be Current before the PostSync hooks")
 			}
 		}
@@ -349,7 +351,8 @@ func (h *hookRun) delete(ctx context.Context, live *unstructured.Unstructured) e
 
 // judgeHook tells whether a hook finished: a Job by its Complete or
 // Failed condition (failure is its reason and message), anything else by
-// its health (Current, or Failed).
+// its health (Current, or Failed; a kind whose health cannot be judged is
+// done once created).
 func (h *hookRun) judgeHook(live *unstructured.Unstructured) (done bool, failure string) {
 	if gvk := live.GroupVersionKind(); gvk.Group == "batch" && gvk.Kind == "Job" {
 		conds, _, _ := unstructured.NestedSlice(live.Object, "status", "conditions")
@@ -371,7 +374,7 @@ func (h *hookRun) judgeHook(live *unstructured.Unstructured) (done bool, failure
 	}
 	res := h.checker.Check(live)
 	switch res.Status {
-	case health.Current:
+	case health.Current, health.Unknown: // Unknown: no status and no rule; done once created, as in Argo CD
 		return true, ""
 	case health.Failed:
 		return false, res.Message

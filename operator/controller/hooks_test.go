@@ -256,3 +256,27 @@ func TestObjectMadeAHook(t *testing.T) {
 		t.Errorf("the object made a hook: uid %s (was %s), labels %v; want it recreated as a hook", cm.UID, before, cm.Labels)
 	}
 }
+
+// A kind whose health cannot be judged (a custom resource with no status
+// and no rule) neither holds the PostSync hooks back nor keeps a hook of
+// it running: as Argo CD counts such a kind healthy.
+func TestHooksAndKindsWithoutHealth(t *testing.T) {
+	env.Need(t)
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	group := home + ".hooks.example.com"
+	hookWidget := fmt.Sprintf("apiVersion: %s/v1\nkind: Widget\nmetadata:\n  name: after\n  annotations: {argocd.argoproj.io/hook: PostSync}\nspec: {size: 1}\n", group)
+	done := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: done\n  annotations: {argocd.argoproj.io/hook: PostSync, argocd.argoproj.io/sync-wave: \"1\"}\n"
+	ms := newSync(home, "unjudged", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf(widgetCRD(group), widgetDoc(group, "plain", 0), hookWidget, done),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	})
+	createSync(t, ms)
+	got := ready(t, ms)
+	if h := targetRow(t, got).Hooks; h == nil || h.Phase != "Succeeded" {
+		t.Fatalf("hooks %+v, want Succeeded", h)
+	}
+	if cm := mustConfigMap(t, ns, "done"); cm.Labels[HookLabel] != "PostSync" {
+		t.Errorf("the PostSync hook of wave 1: labels %v", cm.Labels)
+	}
+}
