@@ -1,9 +1,15 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -296,5 +302,75 @@ metadata: {name: shared, namespace: web}`)
 	refuseCollisions([]*TargetResult{a, b}, []string{"", ""})
 	if len(a.Collisions) != 1 || a.Collisions[0].Object != "ConfigMap web/shared" {
 		t.Errorf("collisions %+v, want the ConfigMap's only", a.Collisions)
+	}
+}
+
+// What `helm template` prints of a chart's hooks (bin/helm, Helm v3, the
+// oracle of engine/helm's goldens) plans as Argo CD maps it: pre-install
+// and pre-upgrade PreSync, post-install PostSync, hook-weight the wave,
+// the test hook never applied. Skipped without bin/helm.
+func TestPlanHooksOfHelmTemplate(t *testing.T) {
+	helm := filepath.Join("..", "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Skipf("no bin/helm (make helm): %v", err)
+	}
+	chart := t.TempDir()
+	files := map[string]string{
+		"Chart.yaml":          "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+		"templates/app.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-app\n",
+		"templates/pre.yaml":  "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install,pre-upgrade\n    \"helm.sh/hook-weight\": \"3\"\n    \"helm.sh/hook-delete-policy\": hook-succeeded\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: m, image: alpine}]\n",
+		"templates/sa.yaml":   "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"3\"\n",
+		"templates/init.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-init\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"-5\"\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: i, image: alpine}]\n",
+		"templates/post.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-smoke\n  annotations:\n    \"helm.sh/hook\": post-install\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: s, image: alpine}]\n",
+		"templates/tests/test.yaml": "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}-test\n  annotations:\n    \"helm.sh/hook\": test\nspec:\n  containers: [{name: t, image: alpine}]\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(chart, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, helm, "template", "rel", chart).Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(string(out), "\n---\n") {
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("%v: %s", err, doc)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	plan, err := PlanHooks(objs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, phase := range Phases {
+		for _, w := range plan.Hooks[phase] {
+			for _, h := range w.Hooks {
+				got = append(got, fmt.Sprintf("%s/%d/%s/%s/%v", phase, w.N, h.Object.GetKind(), h.Object.GetName(), h.Hook.DeletePolicies))
+			}
+		}
+	}
+	want := []string{
+		"PreSync/-5/Job/rel-init/[BeforeHookCreation]",
+		"PreSync/3/ServiceAccount/rel-migrate/[BeforeHookCreation]",
+		"PreSync/3/Job/rel-migrate/[HookSucceeded]",
+		"PostSync/0/Job/rel-smoke/[BeforeHookCreation]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("helm template's hooks plan as\n%s\nwant\n%s\n(helm printed:\n%s)", strings.Join(got, "\n"), strings.Join(want, "\n"), out)
+	}
+	if len(plan.Objects) != 1 || plan.Objects[0].GetName() != "rel-app" || len(plan.Skipped) != 1 || plan.Skipped[0].GetName() != "rel-test" {
+		t.Errorf("ordinary %v, skipped %v", plan.Objects, plan.Skipped)
 	}
 }
