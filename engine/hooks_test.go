@@ -316,12 +316,12 @@ func TestPlanHooksOfHelmTemplate(t *testing.T) {
 	}
 	chart := t.TempDir()
 	files := map[string]string{
-		"Chart.yaml":          "apiVersion: v2\nname: app\nversion: 0.1.0\n",
-		"templates/app.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-app\n",
-		"templates/pre.yaml":  "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install,pre-upgrade\n    \"helm.sh/hook-weight\": \"3\"\n    \"helm.sh/hook-delete-policy\": hook-succeeded\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: m, image: alpine}]\n",
-		"templates/sa.yaml":   "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"3\"\n",
-		"templates/init.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-init\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"-5\"\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: i, image: alpine}]\n",
-		"templates/post.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-smoke\n  annotations:\n    \"helm.sh/hook\": post-install\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: s, image: alpine}]\n",
+		"Chart.yaml":                "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+		"templates/app.yaml":        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-app\n",
+		"templates/pre.yaml":        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install,pre-upgrade\n    \"helm.sh/hook-weight\": \"3\"\n    \"helm.sh/hook-delete-policy\": hook-succeeded\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: m, image: alpine}]\n",
+		"templates/sa.yaml":         "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {{ .Release.Name }}-migrate\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"3\"\n",
+		"templates/init.yaml":       "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-init\n  annotations:\n    \"helm.sh/hook\": pre-install\n    \"helm.sh/hook-weight\": \"-5\"\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: i, image: alpine}]\n",
+		"templates/post.yaml":       "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-smoke\n  annotations:\n    \"helm.sh/hook\": post-install\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: s, image: alpine}]\n",
 		"templates/tests/test.yaml": "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}-test\n  annotations:\n    \"helm.sh/hook\": test\nspec:\n  containers: [{name: t, image: alpine}]\n",
 	}
 	for name, body := range files {
