@@ -61,6 +61,9 @@ func TestHelmSourceSyncs(t *testing.T) {
 	if repo.IndexBodies.Load() != bodies || repo.Charts.Load() != charts {
 		t.Fatalf("unchanged polls downloaded %d index bodies and %d charts", repo.IndexBodies.Load()-bodies, repo.Charts.Load()-charts)
 	}
+	if n := counterValue(helmFetchesTotal.WithLabelValues(ns, "web", "chart", "success")); n < 4 {
+		t.Errorf("manifestsync_helm_fetches_total{result=success} is %v after 4 polls", n)
+	}
 	downloads, hits, bytes, _ := cache.Fetcher.Stats()
 	t.Logf("after %d polls answered 304: %d chart downloads, %d cache hits, %d bytes cached", repo.NotModified.Load(), downloads, hits, bytes)
 
@@ -134,6 +137,9 @@ func TestHelmBystanderIsolation(t *testing.T) {
 	for _, ms := range stuck {
 		got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSourceFailed, 2*fetchTimeout)
 		msg := condition(got, v1alpha1.ConditionReady).Message
+		if n := counterValue(helmFetchesTotal.WithLabelValues(ns, ms.Name, "chart", "pending")); n < 1 {
+			t.Errorf("%s: manifestsync_helm_fetches_total{result=pending} is %v", ms.Name, n)
+		}
 		if !strings.Contains(msg, `source "chart": helm chart demo`) || !strings.Contains(msg, "fetch in progress") && !strings.Contains(msg, "timed out") {
 			t.Errorf("%s: %q; want it to name the source and chart and say the fetch waits or timed out", ms.Name, msg)
 		}

@@ -10,7 +10,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/manifestsync/manifestsync/engine/health"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
+	"github.com/manifestsync/manifestsync/engine/source/helm"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -55,12 +57,16 @@ var (
 	}, []string{"namespace", "name"})
 	sourceDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "manifestsync_source_duration_seconds",
-		Help:    "Time to read one source at a sync, failures included, by type: git (list the remote's refs, fetch what the cache lacks) or object (read from the API server, or nothing when the cache shows it unchanged).",
+		Help:    "Time to read one source at a sync, failures included, by type: git (list the remote's refs, fetch what the cache lacks), helm (a conditional index request or a tag listing, a chart the cache lacks) or object (read from the API server, or nothing when the cache shows it unchanged).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
 	}, []string{"namespace", "name", "source", "type"})
 	gitFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "manifestsync_git_fetches_total",
 		Help: "Reads of git sources, by result: success, pending (the fetch goes on in the background), or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
+	}, []string{"namespace", "name", "source", "result"})
+	helmFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_helm_fetches_total",
+		Help: "Reads of helm sources (a chart, or the dependencies of a chart in another source), by result: success, pending (the fetch goes on in the background), or why they failed (unauthorized, not_found, unreachable, limit, timeout, error).",
 	}, []string{"namespace", "name", "source", "result"})
 	objectsHealth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "manifestsync_objects_health",
@@ -84,11 +90,11 @@ type partialDeleter interface {
 var (
 	// syncMetrics have series per ManifestSync.
 	syncMetrics = []partialDeleter{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal,
-		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, objectsHealth}
+		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, objectsHealth}
 	// targetMetrics have series per target.
 	targetMetrics = []partialDeleter{syncDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal}
 	// sourceMetrics have series per source.
-	sourceMetrics = []partialDeleter{sourceDuration, gitFetchesTotal}
+	sourceMetrics = []partialDeleter{sourceDuration, gitFetchesTotal, helmFetchesTotal}
 )
 
 var registerMetrics sync.Once
@@ -98,7 +104,7 @@ var registerMetrics sync.Once
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
 		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal,
-			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, objectsHealth, apiServerReachable, apiServerOutages)
+			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, objectsHealth, apiServerReachable, apiServerOutages)
 	})
 }
 
@@ -191,10 +197,7 @@ func driftAction(policy v1alpha1.DriftPolicy) string {
 // success nor a failure: that fetch ends later, and the read that follows
 // is counted with its outcome.
 func fetchResult(err error) string {
-	for _, r := range []struct {
-		err    error
-		result string
-	}{
+	return resultOf(err, []reason{
 		{git.ErrPending, "pending"},
 		{git.ErrAuth, "auth"},
 		{git.ErrHostKey, "host_key"},
@@ -204,7 +207,33 @@ func fetchResult(err error) string {
 		{git.ErrPathNotFound, "path_not_found"},
 		{git.ErrLimit, "limit"},
 		{context.DeadlineExceeded, "timeout"},
-	} {
+	})
+}
+
+// helmFetchResult is the result label of helmFetchesTotal for a helm
+// source's read that ended with err, "pending" as for git.
+func helmFetchResult(err error) string {
+	return resultOf(err, []reason{
+		{source.ErrPending, "pending"},
+		{helm.ErrUnauthorized, "unauthorized"},
+		{helm.ErrNotFound, "not_found"},
+		{helm.ErrUnreachable, "unreachable"},
+		{helm.ErrLimit, "limit"},
+		{helm.ErrTimeout, "timeout"},
+		{context.DeadlineExceeded, "timeout"},
+	})
+}
+
+// reason is an error a fetch may fail with and its result label.
+type reason struct {
+	err    error
+	result string
+}
+
+// resultOf is the label of the first of reasons err is, "success" for no
+// error and "error" for another.
+func resultOf(err error, reasons []reason) string {
+	for _, r := range reasons {
 		if errors.Is(err, r.err) {
 			return r.result
 		}

@@ -148,6 +148,9 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 			if kind == "git" && r.Git != nil {
 				gitFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, fetchResult(err)).Inc()
 			}
+			if kind == "helm" && r.Helm != nil {
+				helmFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, helmFetchResult(err)).Inc()
+			}
 		},
 	}
 	if r.Git != nil {

@@ -17,6 +17,7 @@ var (
 	ErrNotFound     = errors.New("not found")
 	ErrUnreachable  = errors.New("host unreachable")
 	ErrLimit        = errors.New("limit exceeded")
+	ErrTimeout      = errors.New("timed out")
 )
 
 // newClient returns the client of every request: the connection, the TLS
@@ -72,7 +73,7 @@ func classify(err error) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("timed out: %w", err)
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
