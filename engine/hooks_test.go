@@ -24,7 +24,27 @@ func hookObjs(t *testing.T, docs string) []*unstructured.Unstructured {
 		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
 			t.Fatalf("%v: %s", err, doc)
 		}
-		out = append(out, &unstructured.Unstructured{Object: m})
+		if len(m) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// plannedOrder lists a plan's hooks in the order a sync runs them:
+// "phase/wave/Kind/name", with the delete policies when policies is set.
+func plannedOrder(plan *HookPlan, policies bool) []string {
+	var out []string
+	for _, phase := range Phases {
+		for _, w := range plan.Hooks[phase] {
+			for _, h := range w.Hooks {
+				s := fmt.Sprintf("%s/%d/%s/%s", phase, w.N, h.Object.GetKind(), HookName(h.Object))
+				if policies {
+					s += fmt.Sprintf("/%v", h.Hook.DeletePolicies)
+				}
+				out = append(out, s)
+			}
+		}
 	}
 	return out
 }
@@ -195,14 +215,7 @@ metadata:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, phase := range Phases {
-		for _, w := range plan.Hooks[phase] {
-			for _, h := range w.Hooks {
-				got = append(got, string(phase)+"/"+itoa(w.N)+"/"+h.Object.GetKind()+"/"+HookName(h.Object))
-			}
-		}
-	}
+	got := plannedOrder(plan, false)
 	want := []string{
 		"PreSync/-1/Job/seed-",
 		"PreSync/5/ServiceAccount/migrate", // Argo CD's kind order: a ServiceAccount before a Job
@@ -238,13 +251,6 @@ metadata:
 	if p, err := PlanHooks(objs[:1], nil); p != nil || err != nil {
 		t.Errorf("a set without hooks planned %+v, %v", p, err)
 	}
-}
-
-func itoa(n int) string {
-	if n < 0 {
-		return "-" + itoa(-n)
-	}
-	return string(rune('0' + n))
 }
 
 // A hook named by its generateName alone passes; an ordinary object so
@@ -339,28 +345,11 @@ func TestPlanHooksOfHelmTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}
-	var objs []*unstructured.Unstructured
-	for doc := range strings.SplitSeq(string(out), "\n---\n") {
-		m := map[string]any{}
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("%v: %s", err, doc)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	plan, err := PlanHooks(objs, nil)
+	plan, err := PlanHooks(hookObjs(t, string(out)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, phase := range Phases {
-		for _, w := range plan.Hooks[phase] {
-			for _, h := range w.Hooks {
-				got = append(got, fmt.Sprintf("%s/%d/%s/%s/%v", phase, w.N, h.Object.GetKind(), h.Object.GetName(), h.Hook.DeletePolicies))
-			}
-		}
-	}
+	got := plannedOrder(plan, true)
 	want := []string{
 		"PreSync/-5/Job/rel-init/[BeforeHookCreation]",
 		"PreSync/3/ServiceAccount/rel-migrate/[BeforeHookCreation]",
