@@ -156,6 +156,31 @@ func TestHelmChartWithCRDsSyncsInOneReconcile(t *testing.T) {
 	if cm.Data["kube"] != version.GitVersion || cm.Data["apps"] != "true" {
 		t.Errorf("the chart saw %v; want the cluster's version %s and apps/v1/Deployment", cm.Data, version.GitVersion)
 	}
+
+	// The same chart evaluated in a worker process (params evalWorker):
+	// the worker renders it with the capabilities the operator found.
+	// The CRD is the first ManifestSync's.
+	off := false
+	ns2 := remoteEnv.Namespace(t, nil)
+	inWorker := newSync(ns2, "widget", v1alpha1.ManifestSyncSpec{
+		Params: &runtime.RawExtension{Raw: []byte(`{"evalWorker": true}`)},
+		Sources: []v1alpha1.Source{
+			{Name: "repo", Git: &v1alpha1.GitSource{URL: url}},
+			{Name: "gadgets", Helm: &v1alpha1.HelmSource{Source: "repo", Path: "charts/gadgets", IncludeCRDs: &off}},
+		},
+		Targets: targets(ns2),
+	})
+	if err := remoteEnv.Client.Create(ctx, inWorker); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = remoteEnv.Client.Delete(context.Background(), inWorker) })
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(inWorker), v1alpha1.ReasonSynced, time.Minute)
+	if err := remoteEnv.Client.Get(ctx, client.ObjectKey{Namespace: ns2, Name: "widget-seen"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["kube"] != version.GitVersion || cm.Data["size"] != "small" {
+		t.Errorf("rendered in a worker, the chart saw %v", cm.Data)
+	}
 }
 
 // evaluations is how many times the operator evaluated the ManifestSync
