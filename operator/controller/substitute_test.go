@@ -121,10 +121,17 @@ func TestFluxLayoutSyncsAsFlux(t *testing.T) {
 		return nil
 	})
 	t.Logf("a change of cluster-vars synced in %s", time.Since(start).Round(time.Millisecond))
-	cur := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, time.Minute)
-	if cur.Status.Inputs.Sources["podinfo"] == rev {
-		t.Errorf("the revision %q did not change with cluster-vars", rev)
-	}
+	// The status follows the apply: the new revision shows once it lands.
+	eventually(t, timeout, func() error {
+		cur := &v1alpha1.ManifestSync{}
+		if err := remoteEnv.Client.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+			return err
+		}
+		if cur.Status.Inputs == nil || cur.Status.Inputs.Sources["podinfo"] == rev {
+			return fmt.Errorf("the revision %q did not change with cluster-vars", rev)
+		}
+		return nil
+	})
 }
 
 // inAPIServer checks that the object the API server holds has every field
