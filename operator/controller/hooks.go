@@ -73,10 +73,28 @@ func hookStatusOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) *v1alpha1.H
 	return nil
 }
 
-// hooksUnfinished reports whether the run of t's hooks for its current
-// output has not ended: its objects must be made to go on with it.
-func hooksUnfinished(ms *v1alpha1.ManifestSync, t *engine.TargetResult) bool {
-	s := hookStatusOf(ms, t)
+// hookRuns are the HookStatus of the rows of ms's last status that have
+// one, by target name and namespace: read once per sync (a fan-out has
+// tens of thousands of rows, most without hooks).
+type hookRuns map[[2]string]*v1alpha1.HookStatus
+
+func hookRunsOf(ms *v1alpha1.ManifestSync) hookRuns {
+	var runs hookRuns
+	for i, row := range ms.Status.Targets {
+		if row.Hooks != nil {
+			if runs == nil {
+				runs = hookRuns{}
+			}
+			runs[[2]string{row.Name, row.Namespace}] = ms.Status.Targets[i].Hooks
+		}
+	}
+	return runs
+}
+
+// unfinished reports whether the run of t's hooks for its current output
+// has not ended: its objects must be made to go on with it.
+func (runs hookRuns) unfinished(t *engine.TargetResult) bool {
+	s := runs[[2]string{t.Name, t.Namespace}]
 	return s != nil && s.Digest == t.Digest && s.Phase != hookSucceeded && s.Phase != hookFailed
 }
 

@@ -210,6 +210,7 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
 		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
 	held := r.heldEmpty(ms, res)
+	hooks := hookRunsOf(ms)
 	out := make([]*targetOutcome, len(res.Targets))
 	// Each target's record replaces its last one as soon as it is synced,
 	// so that a fan-out never holds two records of every target.
@@ -253,7 +254,7 @@ func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync,
 		// drift, from its record: its objects are made again only to
 		// correct one.
 		full := t
-		if !rec.complete(res.Revision, ms.Generation, t) || hooksUnfinished(ms, t) {
+		if !rec.complete(res.Revision, ms.Generation, t) || hooks.unfinished(t) {
 			var err error
 			if full, err = t.WithManifests(); err != nil {
 				return &targetOutcome{target: t, err: err}
