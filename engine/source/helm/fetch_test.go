@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,5 +389,41 @@ func TestKeepLetsGoOfLastSnapshots(t *testing.T) {
 	f.Keep([]v1alpha1.HelmSource{{Chart: "other", Repository: repo.URL}})
 	if _, err := f.Fetch(context.Background(), "app", src, nil); !errors.Is(err, source.ErrPending) {
 		t.Fatalf("after Keep without it: %v, want a pending error", err)
+	}
+}
+
+// A thousand ManifestSyncs of one chart, polling at once (50 at a time),
+// download it once: concurrent reads of the same chart, range and
+// credentials share one fetch, and the others ask one conditional request.
+func TestThousandSourcesDownloadOnce(t *testing.T) {
+	repo := helmtest.NewRepo(t)
+	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	f := helm.New(helm.Options{})
+	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	sem := make(chan struct{}, 50)
+	for i := range 1000 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := f.Fetch(context.Background(), fmt.Sprintf("ms-%d", i), src, nil); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	downloads, hits, _, _ := f.Stats()
+	t.Logf("1,000 reads in %v: %d requests (%d index bodies, %d answers 304), %d chart download, %d cache hits",
+		time.Since(start).Round(time.Millisecond), repo.Requests.Load(), repo.IndexBodies.Load(), repo.NotModified.Load(), downloads, hits)
+	if repo.Charts.Load() != 1 || repo.IndexBodies.Load() != 1 || repo.Requests.Load() > 1000 {
+		t.Fatalf("1,000 reads: %d charts, %d index bodies, %d requests; want 1, 1, at most 1,000", repo.Charts.Load(), repo.IndexBodies.Load(), repo.Requests.Load())
 	}
 }
