@@ -3,6 +3,9 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"path"
+	"slices"
+	"strings"
 
 	"github.com/manifestsync/manifestsync/lang/kustomize"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -45,31 +48,84 @@ func buildKustomizeSource(s *v1alpha1.Source, base, refs *Snapshot) (*Snapshot, 
 }
 
 // sourceObjects returns the input objects of a git or kustomize source s
-// whose snapshot is snap. A git source whose path holds a kustomization
-// (kustomization.yaml, kustomization.yml or Kustomization, as kustomize
-// looks for them) is built, as Flux and Argo CD build it, unless its
-// kustomize is false; its files stay as they are for load() and file
-// reads. Any other is its YAML and JSON files. Then the objects are
-// substituted when s asks for it (see substitute).
+// whose snapshot is snap. A git source is read as Flux reads a path,
+// unless its kustomize is false (then it is its YAML and JSON files):
+// when the path holds a kustomization (kustomization.yaml,
+// kustomization.yml or Kustomization, as kustomize looks for them), the
+// objects are its build; else every directory below that holds one is
+// built (the topmost ones: Flux's generated kustomization names them and
+// not what is below), and the other YAML and JSON files are read as they
+// are. Its files stay as they are for load() and file reads. Then the
+// objects are substituted when s asks for it (see substitute).
 func (e *evaluation) sourceObjects(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
-	from := snap
-	if k := buildOf(s).Kustomize; s.Git != nil && (k == nil || *k) && kustomize.HasKustomization(snap.Files, ".") {
-		built, err := KustomizeBuild(snap, ".")
-		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" {
-			return nil, fmt.Errorf("source %q: %w (the tree of a git source is its path: for a base elsewhere in the repository, read it whole with a git source and build %s with a kustomize source)", s.Name, err, s.Git.Path)
+	var objs []Input
+	if k := buildOf(s).Kustomize; s.Git != nil && (k == nil || *k) {
+		var err error
+		if objs, err = buildGitPath(s, snap); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("source %q: %w", s.Name, err)
+	} else {
+		var err error
+		if objs, err = objectsOf(s.Name, snap, snap.Paths()); err != nil {
+			return nil, err
 		}
-		from = built
-	}
-	objs, err := objectsOf(s.Name, from, from.Paths())
-	if err != nil {
-		return nil, err
 	}
 	vars, err := substituteVars(s, snap.Refs)
 	if err != nil || vars == nil {
 		return objs, err
 	}
 	return objs, substitute(s.Name, objs, vars, e.opts.Limits.WithDefaults().MaxBytes)
+}
+
+// buildGitPath reads the objects of git source s as Flux reads its path
+// (see sourceObjects).
+func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
+	dirs := kustomizationDirs(snap)
+	var plain []string
+	for _, p := range snap.Paths() {
+		if !slices.ContainsFunc(dirs, func(d string) bool { return d == "." || strings.HasPrefix(p, d+"/") }) {
+			plain = append(plain, p)
+		}
+	}
+	objs, err := objectsOf(s.Name, snap, plain)
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range dirs {
+		built, err := KustomizeBuild(snap, dir)
+		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" {
+			return nil, fmt.Errorf("source %q: %w (the tree of a git source is its path: for a base elsewhere in the repository, read it whole with a git source and build %s with a kustomize source)", s.Name, err, path.Join(s.Git.Path, dir))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("source %q: %w", s.Name, err)
+		}
+		more, err := objectsOf(s.Name, built, built.Paths())
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, more...)
+	}
+	return objs, nil
+}
+
+// kustomizationDirs are the directories of snap that Flux builds: its
+// root (".") when it holds a kustomization, else the topmost directories
+// below it that hold one, in order.
+func kustomizationDirs(snap *Snapshot) []string {
+	if kustomize.HasKustomization(snap.Files, ".") {
+		return []string{"."}
+	}
+	var all []string
+	for _, p := range snap.Paths() {
+		if d := path.Dir(p); !slices.Contains(all, d) && kustomize.HasKustomization(snap.Files, d) {
+			all = append(all, d)
+		}
+	}
+	var dirs []string
+	for _, d := range all {
+		if !slices.ContainsFunc(all, func(top string) bool { return strings.HasPrefix(d, top+"/") }) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
