@@ -280,3 +280,30 @@ func TestHooksAndKindsWithoutHealth(t *testing.T) {
 		t.Errorf("the PostSync hook of wave 1: labels %v", cm.Labels)
 	}
 }
+
+// A hook named as an object that is not this ManifestSync's (another
+// one's, or nobody's) fails the run naming it: BeforeHookCreation never
+// deletes what is not ours.
+func TestHookNeverDeletesAnotherObject(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	home, ns := env.Namespace(t, nil), env.Namespace(t, nil)
+	theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken", Labels: map[string]string{OwnerLabel: "other.app"}}}
+	if err := env.Client.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(home, "grabber", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: taken\n  annotations: {argocd.argoproj.io/hook: PreSync, argocd.argoproj.io/hook-delete-policy: BeforeHookCreation}\n"),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	})
+	createSync(t, ms)
+	got := waitFor(t, ms, v1alpha1.ReasonHookFailed)
+	want := "hook PreSync ConfigMap " + ns + "/taken: it exists and is not a hook of this ManifestSync"
+	if msg := condition(got, v1alpha1.ConditionReady).Message; !strings.Contains(msg, want) {
+		t.Errorf("Ready's message %q lacks %q", msg, want)
+	}
+	if cm := mustConfigMap(t, ns, "taken"); cm.UID != theirs.UID || cm.Labels[OwnerLabel] != "other.app" {
+		t.Errorf("the other object was replaced: %+v", cm.ObjectMeta)
+	}
+}
