@@ -68,6 +68,7 @@ type Fetcher struct {
 	cache   *cache
 	flights *source.Flights
 	oci     *ociState
+	learned digests // of archives the index gives no digest of
 
 	// Counters, for tests and metrics: archives downloaded, and served
 	// from the cache.

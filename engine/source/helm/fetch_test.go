@@ -113,28 +113,36 @@ func TestRepositoryUnchangedPollsDownloadNothing(t *testing.T) {
 }
 
 // The CLI's cache on disk serves a second process (a new Fetcher): the
-// index is asked with the validators kept, the chart is read from disk.
+// index is asked with the validators kept, and a chart the index gives
+// the digest of is read from disk. One it gives no digest of is
+// downloaded once per process: while the index is unchanged, the digest
+// of its bytes stands in.
 func TestDiskCacheServesTheNextProcess(t *testing.T) {
 	repo := helmtest.NewRepo(t)
-	repo.AddWithoutDigest("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	repo.AddWithoutDigest("plain", "1.0.0", helmtest.Package("plain", helmtest.Chart("plain", "1.0.0", nil)))
 	dir := t.TempDir()
-	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
-	first, err := helm.New(helm.Options{CacheDir: dir}).Fetch(context.Background(), "app", src, nil)
-	if err != nil {
-		t.Fatal(err)
+	demo := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
+	plain := v1alpha1.HelmSource{Chart: "plain", Repository: repo.URL, Insecure: true}
+	poll := func(f *helm.Fetcher, src v1alpha1.HelmSource) string {
+		t.Helper()
+		snap, err := f.Fetch(context.Background(), "app", src, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Revision
 	}
-	f := helm.New(helm.Options{CacheDir: dir})
-	second, err := f.Fetch(context.Background(), "app", src, nil)
-	if err != nil {
-		t.Fatal(err)
+	one := helm.New(helm.Options{CacheDir: dir})
+	first := []string{poll(one, demo), poll(one, plain), poll(one, demo), poll(one, plain)}
+	if c := repo.Charts.Load(); c != 2 || first[0] != first[2] || first[1] != first[3] {
+		t.Fatalf("one process, two polls of two charts: %d archives downloaded (want 2), revisions %v", c, first)
 	}
-	if first.Revision != second.Revision {
-		t.Fatalf("revisions %s and %s", first.Revision, second.Revision)
+	two := helm.New(helm.Options{CacheDir: dir})
+	if poll(two, demo) != first[0] || poll(two, plain) != first[1] {
+		t.Fatal("the next process got other revisions")
 	}
-	// Without a digest in the index the archive is fetched again (its
-	// digest is not known before), once per process.
-	if b, nm := repo.IndexBodies.Load(), repo.NotModified.Load(); b != 1 || nm != 1 {
-		t.Fatalf("%d index bodies, %d answers 304; want 1, 1", b, nm)
+	if b, nm, c := repo.IndexBodies.Load(), repo.NotModified.Load(), repo.Charts.Load(); b != 1 || nm != 5 || c != 3 {
+		t.Fatalf("%d index bodies, %d answers 304, %d archives; want 1, 5, 3 (plain once more)", b, nm, c)
 	}
 }
 

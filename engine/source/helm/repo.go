@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"sigs.k8s.io/yaml"
@@ -36,7 +37,17 @@ func (f *Fetcher) pullHTTP(ctx context.Context, r ref, auth *Auth) (*pulled, err
 	if err != nil {
 		return nil, err
 	}
-	digest := ""
+	if len(e.urls) == 0 {
+		return nil, fmt.Errorf("the index gives no URL of %s %s", r.chart, e.version)
+	}
+	u, err := resolveURL(r.repo, e.urls[0])
+	if err != nil {
+		return nil, fmt.Errorf("chart URL %q: %w", e.urls[0], err)
+	}
+	// Without a digest in the index, the one of the bytes downloaded for
+	// this index (its validators) and URL stands in.
+	learnedKey := strings.Join([]string{u, idx.etag, idx.lastModified}, "\x00")
+	digest := f.learned.get(learnedKey)
 	if e.digest != "" {
 		digest = "sha256:" + strings.TrimPrefix(e.digest, "sha256:")
 	}
@@ -45,16 +56,12 @@ func (f *Fetcher) pullHTTP(ctx context.Context, r ref, auth *Auth) (*pulled, err
 		p.archive, p.files = c.archive, c.copyFiles()
 		return p, nil
 	}
-	if len(e.urls) == 0 {
-		return nil, fmt.Errorf("the index gives no URL of %s %s", r.chart, e.version)
-	}
-	u, err := resolveURL(r.repo, e.urls[0])
-	if err != nil {
-		return nil, fmt.Errorf("chart URL %q: %w", e.urls[0], err)
-	}
 	c, got, err := f.download(ctx, u, base.Host, user, password, digest)
 	if err != nil {
 		return nil, err
+	}
+	if e.digest == "" && (idx.etag != "" || idx.lastModified != "") {
+		f.learned.put(learnedKey, got)
 	}
 	p.digest, p.archive, p.files = got, c.archive, c.copyFiles()
 	return p, nil
@@ -255,4 +262,26 @@ func decodeIndexCache(b []byte) *cachedIndex {
 		}
 	}
 	return idx
+}
+
+// digests are the digests of archives an index gave none of, by URL and
+// the index's validators, bounded in number.
+type digests struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (d *digests) get(key string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m[key]
+}
+
+func (d *digests) put(key, digest string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil || len(d.m) >= 4096 {
+		d.m = map[string]string{}
+	}
+	d.m[key] = digest
 }
