@@ -15,7 +15,9 @@ import (
 // file (NAME/ or NAME.yaml). A git source read from a local path has the
 // revision local:PATH@DIGEST (PATH as given, or the copy's name beside
 // the sync file), so that the inputs show it is not the revision the spec
-// pins. A URL fetches the git source from there, with the spec's path.
+// pins; a helm source's is CHART@VERSION@local:PATH@DIGEST, and the
+// dependencies its Chart.lock pins that its charts/ lacks are fetched. A
+// URL fetches the git source from there, with the spec's path.
 type Local struct {
 	dir       string
 	tree      Tree

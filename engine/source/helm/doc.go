@@ -32,10 +32,12 @@
 // semver range matches (Masterminds semver, as Helm picks it: an exact
 // version first, prereleases only for a range that names one; no range is
 // the newest stable). Chart archives are cached by digest (the index's
-// digest when it gives one, else the sha256 of the bytes, which are then
-// checked against it) in an LRU bounded by Options.MaxCacheBytes, on disk
-// too under Options.CacheDir (the CLI's), so a chart at one version is
-// downloaded once for every source that uses it.
+// digest when it gives one, checked against the bytes; else the sha256 of
+// the bytes downloaded, which stands in while the index is unchanged) in
+// an LRU bounded by Options.MaxCacheBytes, on disk too under
+// Options.CacheDir (the CLI's), so a chart at one version is downloaded
+// once for every source that uses it. Concurrent reads of one chart,
+// range and credentials share one fetch (source.Flights).
 //
 // # OCI
 //
@@ -64,7 +66,9 @@
 // directory, a link, or a device, FIFO or other special file is refused.
 // Every request has deadlines (connect, TLS, headers within Timeout, the
 // body within the fetch's Timeout). With Options.Wait a caller waits that
-// long at most, as for git (source.Flights).
+// long at most, as for git (source.Flights): the fetch goes on in the
+// background and the caller gets the source's last snapshot (Pending
+// set) or an error wrapping a *source.PendingError, naming the source.
 //
 // Like every provider that touches a network, it lives outside the
 // offline core.

@@ -435,3 +435,20 @@ func TestThousandSourcesDownloadOnce(t *testing.T) {
 		t.Fatalf("1,000 reads: %d charts, %d index bodies, %d requests; want 1, 1, at most 1,000", repo.Charts.Load(), repo.IndexBodies.Load(), repo.Requests.Load())
 	}
 }
+
+// A repository URL is refused before anything is asked when it is plain
+// http without insecure, holds credentials (whose password the error does
+// not show), or is of another scheme.
+func TestRepositoryURLsRefused(t *testing.T) {
+	f := helm.New(helm.Options{})
+	for _, c := range []struct{ repo, want string }{
+		{"http://charts.example.com", "plain http needs insecure: true"},
+		{"https://robot:url-pw-1234@charts.example.com", "credentials in the URL are refused; use secretRef"},
+		{"file:///etc", `unsupported scheme "file"`},
+	} {
+		_, err := f.Fetch(context.Background(), "app", v1alpha1.HelmSource{Chart: "demo", Repository: c.repo}, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "url-pw") {
+			t.Errorf("%s: %v, want %q", c.repo, err, c.want)
+		}
+	}
+}
