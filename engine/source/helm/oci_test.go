@@ -126,6 +126,20 @@ func TestOCIChartIsTheRepositorysChart(t *testing.T) {
 		t.Fatalf("an exact version listed tags: %v", count.counts)
 	}
 
+	// A chart of the repository whose Chart.lock pins a dependency in the
+	// registry gets it from there, through the same cache.
+	parent := parentChart("parent", "oci://"+host+"/charts", true, nil)
+	parent["Chart.yaml"] = strings.ReplaceAll(parent["Chart.yaml"], "name: sub", "name: demo")
+	parent["Chart.lock"] = strings.ReplaceAll(parent["Chart.lock"], "name: sub", "name: demo")
+	repo.Add("parent", "1.0.0", helmtest.Package("parent", parent))
+	withDep, err := o.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "parent", Repository: repo.URL, Insecure: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(withDep.Files["charts/demo-1.0.0.tgz"]) != string(archives["1.0.0"]) {
+		t.Fatalf("the dependency from the registry: %v", keys(withDep.Files))
+	}
+
 	// A chart the registry does not have names the repository and chart.
 	_, err = o.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "nothere", Repository: "oci://" + host + "/charts", Insecure: true}, nil)
 	if !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), "oci://"+host+"/charts") || !strings.Contains(err.Error(), "nothere") {
