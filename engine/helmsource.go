@@ -126,7 +126,7 @@ func (e *evaluation) addHelmSource(s *v1alpha1.Source, at int) error {
 		h.params = append(h.params, false)
 	}
 	for i, ref := range s.Helm.ValuesFrom {
-		v, ok, err := e.valuesFrom(s, h.snap, ref)
+		v, ok, err := e.valuesFrom(h.snap, ref)
 		if err != nil {
 			return fmt.Errorf("source %q: helm.valuesFrom[%d]: %w", s.Name, i, err)
 		}
@@ -143,7 +143,7 @@ func (e *evaluation) addHelmSource(s *v1alpha1.Source, at int) error {
 // that is missing. The values of a Secret are taught to the redactor,
 // each string on its own, so that a template error quoting one shows
 // "***".
-func (e *evaluation) valuesFrom(s *v1alpha1.Source, snap *Snapshot, ref v1alpha1.HelmValuesReference) (stdlib.HelmValues, bool, error) {
+func (e *evaluation) valuesFrom(snap *Snapshot, ref v1alpha1.HelmValuesReference) (stdlib.HelmValues, bool, error) {
 	switch {
 	case ref.Params:
 		return stdlib.HelmValues{Name: "params"}, true, nil
