@@ -312,3 +312,26 @@ func TestHelmCompact(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkHelmFanOut renders the test chart for 100 targets, each with
+// its own namespace and params: the cost of a chart fanned out.
+func BenchmarkHelmFanOut(b *testing.B) {
+	var targets strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&targets, "    - {name: t%d, namespace: ns%d, params: {color: c%d}}\n", i, i, i)
+	}
+	sync := strings.Replace(fmt.Sprintf(helmSync, "        includeCRDs: false\n        valuesFrom: [{params: true}]", ""), "  targets:\n", "  targets:\n"+targets.String(), 1)
+	sf, err := engine.LoadSyncFile("sync.yaml", []byte(sync))
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := chartRepo()
+	plain := map[string][]byte{}
+	snaps := map[string]*engine.Snapshot{"charts": {Files: files, Revision: "x"}, "plain": {Files: plain, Revision: "y"}}
+	for b.Loop() {
+		res, err := engine.Evaluate(context.Background(), engine.Spec{Sync: &sf.Sync.Spec, Snapshots: snaps, Name: "shop"}, engine.Options{Helm: helm.Renderer{}})
+		if err != nil || res.Err() != nil || len(res.Targets) != 102 {
+			b.Fatal(err, res.Err())
+		}
+	}
+}
