@@ -207,6 +207,14 @@ func TestErrors(t *testing.T) {
 		want:   []string{`Secret/creds key values.yaml:`, "not valid YAML"},
 		not:    []string{"hunter2"},
 	}, {
+		name: "values.schema.json",
+		files: map[string]string{
+			"values.schema.json": `{"type": "object", "properties": {"replicas": {"type": "integer"}}}`,
+			"templates/cm.yaml":  "x: 1\n",
+		},
+		values: []stdlib.HelmValues{{Name: "values", Data: []byte("replicas: three\n")}},
+		want:   []string{"values don't meet the specifications of the schema", "replicas"},
+	}, {
 		name:  "missing dependency",
 		files: map[string]string{"Chart.yaml": "apiVersion: v2\nname: bad\nversion: 0.1.0\ndependencies:\n- name: redis\n  version: 1.0.0\n", "templates/cm.yaml": "x: 1\n"},
 		want:  []string{"dependencies redis are not in charts/"},
