@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"text/template"
 
+	"github.com/Masterminds/sprig/v3"
 	"go.yaml.in/yaml/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -632,26 +633,27 @@ func renderFlat(s string, params map[string]string) string {
 	}
 }
 
-// templateFuncs are the functions Go templates of ApplicationSets use
-// most (Argo CD gives Sprig's); a template calling another fails naming it.
-var templateFuncs = template.FuncMap{
-	"normalize": normalizeName,
-	"lower":     strings.ToLower,
-	"upper":     strings.ToUpper,
-	"trim":      strings.TrimSpace,
-	"replace":   func(old, new, s string) string { return strings.ReplaceAll(s, old, new) },
-	"default": func(def any, v ...any) any {
-		if len(v) == 0 || v[0] == nil || reflect.ValueOf(v[0]).IsZero() {
-			return def
-		}
-		return v[0]
-	},
-	"quote": func(s any) string { return strconv.Quote(fmt.Sprint(s)) },
-	"toJson": func(v any) string {
-		b, _ := json.Marshal(v)
-		return string(b)
-	},
-}
+// templateFuncs are the functions of ApplicationSet Go templates, as Argo
+// CD gives them: Sprig's, without those that read the environment or the
+// network (env, expandenv, getHostByName), with normalize, toYaml and
+// fromYaml.
+var templateFuncs = func() template.FuncMap {
+	m := sprig.TxtFuncMap()
+	for _, k := range []string{"env", "expandenv", "getHostByName"} {
+		delete(m, k)
+	}
+	m["normalize"] = normalizeName
+	m["toYaml"] = func(v any) (string, error) {
+		b, err := sigsyaml.Marshal(v)
+		return strings.TrimSuffix(string(b), "\n"), err
+	}
+	m["fromYaml"] = func(s string) (map[string]any, error) {
+		var out map[string]any
+		err := sigsyaml.Unmarshal([]byte(s), &out)
+		return out, err
+	}
+	return m
+}()
 
 func renderGo(s string, params map[string]any, options []string) (string, error) {
 	t := template.New("").Funcs(templateFuncs)

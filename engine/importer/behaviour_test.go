@@ -312,8 +312,23 @@ spec:
 		t.Errorf("the checkout was not read:\n%s", findings)
 	}
 
-	_, err := importYAML(t, set("strict", "  - list:\n      elements: [{ns: a}]", "strict-{{.missing}}", "web", "  goTemplate: true\n  goTemplateOptions: [\"missingkey=error\"]\n"), Options{})
-	if err == nil || !strings.Contains(err.Error(), "ApplicationSet argocd/strict spec.template") || !strings.Contains(err.Error(), "missing") {
+	// Sprig's functions, as Argo CD gives them; not those that read the
+	// environment.
+	goTmpl := "  goTemplate: true\n"
+	goSet := func(name, elems, tmplName string) string {
+		r := strings.NewReplacer("{{path}}", "{{.path}}", "{{server}}", "https://kubernetes.default.svc")
+		return r.Replace(set(name, "  - list:\n      elements: "+elems, tmplName, "web", goTmpl))
+	}
+	syncs, _ = mustImport(t, goSet("sprig", "[{ns: staging, path: x}]", `sprig-{{ .ns | trunc 4 | upper | lower }}`), Options{})
+	if syncs["sprig-stag"] == nil {
+		t.Errorf("a Sprig template: %v", syncs)
+	}
+	if _, err := importYAML(t, goSet("env", "[{ns: a, path: x}]", `env-{{ env "HOME" }}`), Options{}); err == nil || !strings.Contains(err.Error(), `function "env" not defined`) {
+		t.Errorf("env in a template: %v", err)
+	}
+
+	_, err := importYAML(t, strings.Replace(goSet("strict", "[{ns: a, path: x}]", "strict-{{.missing}}"), "goTemplate: true\n", "goTemplate: true\n  goTemplateOptions: [\"missingkey=error\"]\n", 1), Options{})
+	if err == nil || !strings.Contains(err.Error(), "ApplicationSet argocd/strict spec.template") || !strings.Contains(err.Error(), `map has no entry for key "missing"`) {
 		t.Errorf("missingkey=error: %v", err)
 	}
 }
