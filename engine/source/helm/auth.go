@@ -21,16 +21,24 @@ type Auth struct {
 	// DockerConfigJSON is a .dockerconfigjson; for oci:// the entry of the
 	// registry's host is used when there is no Username.
 	DockerConfigJSON []byte
+	// CABundle holds extra PEM certificates to trust over https.
+	CABundle []byte
 }
 
 // FromSecretData reads credentials from the data of a Secret, with the keys
 // Flux's HelmRepository uses: username and password, or .dockerconfigjson
-// (a kubernetes.io/dockerconfigjson Secret).
+// (a kubernetes.io/dockerconfigjson Secret), and ca.crt (or caFile) for a
+// server whose certificate a private CA signed.
 func FromSecretData(data map[string][]byte) *Auth {
+	ca := data["ca.crt"]
+	if len(ca) == 0 {
+		ca = data["caFile"]
+	}
 	return &Auth{
 		Username:         string(data["username"]),
 		Password:         string(data["password"]),
 		DockerConfigJSON: data[".dockerconfigjson"],
+		CABundle:         ca,
 	}
 }
 
@@ -46,7 +54,7 @@ type Credentials func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*
 func (a *Auth) digest() string {
 	h := sha256.New()
 	if a != nil {
-		for _, b := range [][]byte{[]byte(a.Username), []byte(a.Password), a.DockerConfigJSON} {
+		for _, b := range [][]byte{[]byte(a.Username), []byte(a.Password), a.DockerConfigJSON, a.CABundle} {
 			h.Write(b)
 			h.Write([]byte{0})
 		}

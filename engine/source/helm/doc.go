@@ -53,9 +53,10 @@
 //
 // A secretRef's Secret gives username and password (basic auth, to the
 // repository's host only: chart URLs of other hosts get none), or for
-// oci:// a .dockerconfigjson. They are never sent over plain http to a
-// host other than loopback, and never appear in a message: errors name the
-// repository and chart, and say "unauthorized" for a 401 or 403.
+// oci:// a .dockerconfigjson, and ca.crt for a server a private CA signed.
+// Credentials are never sent over plain http to a host other than
+// loopback, and never appear in a message: errors name the repository and
+// chart, and say "unauthorized" for a 401 or 403.
 //
 // # Limits
 //

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,9 @@ type Fetcher struct {
 	flights *source.Flights
 	oci     *ociState
 	learned digests // of archives the index gives no digest of
+
+	mu      sync.Mutex
+	clients map[[32]byte]*http.Client // by CA bundle
 
 	// Counters, for tests and metrics: archives downloaded, and served
 	// from the cache.
@@ -303,7 +307,7 @@ func sha256Digest(b []byte) string {
 
 // download reads a chart archive from u, sending basic auth only when u is
 // on host (the repository's), and checks it against digest when given.
-func (f *Fetcher) download(ctx context.Context, u, host, user, password, digest string) (*cachedChart, string, error) {
+func (f *Fetcher) download(ctx context.Context, client *http.Client, u, host, user, password, digest string) (*cachedChart, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("chart URL: %w", err)
@@ -314,7 +318,7 @@ func (f *Fetcher) download(ctx context.Context, u, host, user, password, digest 
 		}
 		req.SetBasicAuth(user, password)
 	}
-	res, err := f.client.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		return nil, "", classify(err)
 	}

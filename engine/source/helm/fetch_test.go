@@ -452,3 +452,26 @@ func TestRepositoryURLsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A repository over https whose certificate a private CA signed is trusted
+// with the ca.crt of the source's Secret, and refused without it.
+func TestRepositoryPrivateCA(t *testing.T) {
+	repo, ca := helmtest.NewTLSRepo(t)
+	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
+	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, SecretRef: &v1alpha1.LocalObjectReference{Name: "tls"}}
+	provider := func(data map[string][]byte) helm.Provider {
+		return helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
+			return helm.FromSecretData(data), nil
+		}}
+	}
+	if _, err := provider(nil).FetchHelm(context.Background(), "app", src, nil); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without ca.crt: %v", err)
+	}
+	snap, err := provider(map[string][]byte{"ca.crt": ca}).FetchHelm(context.Background(), "app", src, nil)
+	if err != nil || !strings.HasPrefix(snap.Revision, "demo@1.0.0@sha256:") {
+		t.Fatalf("with ca.crt: %v, %v", snap, err)
+	}
+	if _, err := provider(map[string][]byte{"ca.crt": []byte("not a certificate")}).FetchHelm(context.Background(), "app", src, nil); err == nil || !strings.Contains(err.Error(), "ca.crt holds no PEM certificate") {
+		t.Fatalf("a ca.crt that is none: %v", err)
+	}
+}

@@ -2,6 +2,9 @@ package helm
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +42,39 @@ func newClient(timeout time.Duration) *http.Client {
 			return nil
 		},
 	}
+}
+
+// clientFor returns the client of requests made with a: the Fetcher's, or
+// with a's extra CA certificates one per bundle (bounded: bundles come
+// from Secrets), so that connections are reused between polls.
+func (f *Fetcher) clientFor(a *Auth) (*http.Client, error) {
+	if a == nil || len(a.CABundle) == 0 {
+		return f.client, nil
+	}
+	key := sha256.Sum256(a.CABundle)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.clients[key]; ok {
+		return c, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(a.CABundle) {
+		return nil, errors.New("ca.crt holds no PEM certificate")
+	}
+	tr := f.client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c := &http.Client{Transport: tr, CheckRedirect: f.client.CheckRedirect}
+	if f.clients == nil || len(f.clients) >= 64 {
+		for _, old := range f.clients {
+			old.CloseIdleConnections()
+		}
+		f.clients = map[[32]byte]*http.Client{}
+	}
+	f.clients[key] = c
+	return c, nil
 }
 
 // statusError words an answer that is not a success by its status alone

@@ -32,7 +32,7 @@ func newOCIState() *ociState {
 }
 
 // puller returns the puller of reg with auth, made on first use.
-func (f *Fetcher) puller(reg name.Registry, user, password, key string) (*remote.Puller, error) {
+func (f *Fetcher) puller(client *http.Client, user, password, key string) (*remote.Puller, error) {
 	s := f.oci
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -45,7 +45,7 @@ func (f *Fetcher) puller(reg name.Registry, user, password, key string) (*remote
 	}
 	p, err := remote.NewPuller(
 		remote.WithAuth(a),
-		remote.WithTransport(limited{f.client.Transport, max(f.opts.MaxChartBytes, f.opts.MaxIndexBytes)}),
+		remote.WithTransport(limited{client.Transport, max(f.opts.MaxChartBytes, f.opts.MaxIndexBytes)}),
 		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 		remote.WithUserAgent("manifestsync"),
 	)
@@ -91,7 +91,11 @@ func (f *Fetcher) pullOCI(ctx context.Context, r ref, auth *Auth) (*pulled, erro
 		}
 	}
 	key := host + "\x00" + fmt.Sprint(r.insecure) + "\x00" + auth.digest()
-	p, err := f.puller(repo.Registry, user, password, key)
+	client, err := f.clientFor(auth)
+	if err != nil {
+		return nil, err
+	}
+	p, err := f.puller(client, user, password, key)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,11 @@ func (f *Fetcher) pullHTTP(ctx context.Context, r ref, auth *Auth) (*pulled, err
 	if err := checkPlain(base.Scheme, base.Host, user, password); err != nil {
 		return nil, err
 	}
-	idx, err := f.index(ctx, r, base.Host, user, password, auth)
+	client, err := f.clientFor(auth)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := f.index(ctx, client, r, base.Host, user, password, auth)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +60,7 @@ func (f *Fetcher) pullHTTP(ctx context.Context, r ref, auth *Auth) (*pulled, err
 		p.archive, p.files = c.archive, c.copyFiles()
 		return p, nil
 	}
-	c, got, err := f.download(ctx, u, base.Host, user, password, digest)
+	c, got, err := f.download(ctx, client, u, base.Host, user, password, digest)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +131,7 @@ func indexKey(repoURL string, auth *Auth) string {
 
 // index returns what the repository's index.yaml lists, asking with the
 // validators of the copy cached: a 304 costs no body.
-func (f *Fetcher) index(ctx context.Context, r ref, host, user, password string, auth *Auth) (*cachedIndex, error) {
+func (f *Fetcher) index(ctx context.Context, client *http.Client, r ref, host, user, password string, auth *Auth) (*cachedIndex, error) {
 	key := indexKey(r.repo, auth)
 	var cached *cachedIndex
 	if e := f.cache.get(key); e != nil {
@@ -150,7 +154,7 @@ func (f *Fetcher) index(ctx context.Context, r ref, host, user, password string,
 			req.Header.Set("If-Modified-Since", cached.lastModified)
 		}
 	}
-	res, err := f.client.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		return nil, classify(err)
 	}

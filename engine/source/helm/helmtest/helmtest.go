@@ -10,6 +10,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -132,14 +133,30 @@ type chartVersion struct {
 	omitDigest            bool
 }
 
-// NewRepo serves an empty repository until the test ends.
+// NewRepo serves an empty repository over http until the test ends.
 func NewRepo(t testing.TB) *Repo {
 	t.Helper()
+	r, _ := newRepo(t, httptest.NewServer)
+	return r
+}
+
+// NewTLSRepo is NewRepo over https, with a certificate of its own CA,
+// whose PEM it returns.
+func NewTLSRepo(t testing.TB) (*Repo, []byte) {
+	t.Helper()
+	return newRepo(t, httptest.NewTLSServer)
+}
+
+func newRepo(t testing.TB, serve func(http.Handler) *httptest.Server) (*Repo, []byte) {
 	r := &Repo{charts: map[string][]chartVersion{}, files: map[string][]byte{}, modified: time.Now().UTC().Truncate(time.Second)}
-	srv := httptest.NewServer(http.HandlerFunc(r.serve))
+	srv := serve(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
-	return r
+	var ca []byte
+	if c := srv.Certificate(); c != nil {
+		ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	return r, ca
 }
 
 // RequireAuth makes the repository answer 401 to requests without these
