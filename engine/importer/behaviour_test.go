@@ -399,3 +399,24 @@ spec:
 		t.Errorf("%v", err)
 	}
 }
+
+// With a checkout, a Kustomization path without a kustomization whose
+// subdirectory has one is reported: Flux builds that subdirectory, a git
+// source reads its files as they are.
+func TestNestedKustomization(t *testing.T) {
+	repo := fstest.MapFS{
+		"clusters/prod/ns.yaml":                 {Data: []byte("kind: Namespace\n")},
+		"clusters/prod/apps/kustomization.yaml": {Data: []byte("resources: [cm.yaml]\n")},
+		"clusters/prod/apps/cm.yaml":            {Data: []byte("kind: ConfigMap\n")},
+		"clusters/staging/ns.yaml":              {Data: []byte("kind: Namespace\n")},
+	}
+	ks := func(name, path string) string {
+		return "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: " + name + ", namespace: flux-system}\nspec:\n  prune: true\n  path: " + path + "\n  sourceRef: {kind: GitRepository, name: repo}\n"
+	}
+	_, findings := mustImport(t, gitRepo+ks("prod", "./clusters/prod")+ks("staging", "./clusters/staging"),
+		Options{Repos: map[string]fs.FS{"https://example.com/r.git": repo}})
+	containsAll(t, findings, "Kustomization flux-system/prod spec.path: clusters/prod holds no kustomization but clusters/prod/apps does")
+	if strings.Contains(findings, "flux-system/staging spec.path") {
+		t.Errorf("staging has no nested kustomization:\n%s", findings)
+	}
+}

@@ -72,6 +72,11 @@ func (in *inputs) kustomization(o *object, opts Options) (*Imported, error) {
 		}
 		ms.Spec.Sources = []v1alpha1.Source{{Name: gitName, Git: g}, {Name: name, Kustomize: k}}
 	default:
+		if repo != nil {
+			if sub := nestedKustomization(repo, p); sub != "" {
+				o.report("spec.path", fmt.Sprintf("%s holds no kustomization but %s does: Flux builds that directory, a git source reads its YAML files as they are; add a kustomization.yaml at %s naming it", cmp.Or(p, "."), sub, cmp.Or(p, ".")))
+			}
+		}
 		if repo == nil {
 			o.report("spec.path", fmt.Sprintf("read as the subtree %s of the git source: a kustomization.yaml there is built, but may not name files above it (../base); give a checkout with --repo %s=DIR to have import check, and build such a kustomization over the whole repository", cmp.Or(p, "."), g.URL))
 		}
@@ -248,4 +253,22 @@ func hasKustomization(repo fs.FS, dir string) bool {
 		}
 	}
 	return false
+}
+
+// nestedKustomization is the first directory under dir of a checkout that
+// holds a kustomization ("" when none does), looking at no more than
+// 10,000 entries.
+func nestedKustomization(repo fs.FS, dir string) string {
+	found, seen := "", 0
+	_ = fs.WalkDir(repo, cmp.Or(dir, "."), func(p string, d fs.DirEntry, err error) error {
+		if seen++; err != nil || seen > 10000 {
+			return fs.SkipAll
+		}
+		if d.IsDir() && p != cmp.Or(dir, ".") && hasKustomization(repo, p) {
+			found = p
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found
 }
