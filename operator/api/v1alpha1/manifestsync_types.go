@@ -271,14 +271,16 @@ type HelmSource struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 
-	// Values are merged over the chart's values.yaml.
+	// Values are merged last, over the chart's values.yaml and every
+	// valuesFrom: they win, as Flux's values win over its valuesFrom and
+	// Helm's --set over its -f files.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:Schemaless
 	Values *runtime.RawExtension `json:"values,omitempty"`
-	// ValuesFrom are merged in order over values.yaml and values; a later
-	// one wins.
+	// ValuesFrom are merged in order over values.yaml, a later one
+	// winning, and under values ({params: true} at its own place).
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	ValuesFrom []HelmValuesReference `json:"valuesFrom,omitempty"`
