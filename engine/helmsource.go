@@ -34,8 +34,9 @@ type HelmCapabilities = stdlib.HelmCapabilities
 type helmSource struct {
 	src  *v1alpha1.Source
 	snap *Snapshot
-	// values are helm.values and valuesFrom in order; the params entry,
-	// if any, is nil Data, filled per target.
+	// values are valuesFrom in order, then helm.values, which win (as
+	// Flux's values win over its valuesFrom, and Helm's --set over its -f
+	// files); the params entry, if any, is nil Data, filled per target.
 	values []stdlib.HelmValues
 	params []bool // values[i] is the target's params
 	// at is the index of e.objects before which its objects go: the
@@ -118,13 +119,10 @@ func chartSources(spec *v1alpha1.ManifestSyncSpec) map[string]bool {
 }
 
 // addHelmSource records helm source s, whose objects go before e.objects[at],
-// with the values every target shares read from the snapshots.
+// with the values every target shares read from the snapshots: each
+// valuesFrom in order, then helm.values, the last one winning.
 func (e *evaluation) addHelmSource(s *v1alpha1.Source, at int) error {
 	h := &helmSource{src: s, snap: e.snaps[s.Name], at: at}
-	if v := s.Helm.Values; v != nil && len(v.Raw) > 0 && string(v.Raw) != "null" {
-		h.values = append(h.values, stdlib.HelmValues{Name: "helm.values", Data: v.Raw})
-		h.params = append(h.params, false)
-	}
 	for i, ref := range s.Helm.ValuesFrom {
 		v, ok, err := e.valuesFrom(h.snap, ref)
 		if err != nil {
@@ -134,6 +132,10 @@ func (e *evaluation) addHelmSource(s *v1alpha1.Source, at int) error {
 			h.values = append(h.values, v)
 			h.params = append(h.params, ref.Params)
 		}
+	}
+	if v := s.Helm.Values; v != nil && len(v.Raw) > 0 && string(v.Raw) != "null" {
+		h.values = append(h.values, stdlib.HelmValues{Name: "helm.values", Data: v.Raw})
+		h.params = append(h.params, false)
 	}
 	e.helm = append(e.helm, h)
 	return nil
@@ -243,8 +245,8 @@ func (e *evaluation) capabilities(t *v1alpha1.Target) HelmCapabilities {
 
 // render renders helm source h for target t: release helm.releaseName or
 // the ManifestSync's name, namespace helm.namespace or the target's, the
-// values in order (params: the target's), within the evaluation's time
-// and size limits.
+// values in order (valuesFrom with the target's params, then
+// helm.values), within the evaluation's time and size limits.
 func (e *evaluation) render(ctx context.Context, h *helmSource, t target) ([]Input, error) {
 	name := h.src.Name
 	if e.opts.Helm == nil {

@@ -129,8 +129,8 @@ func byKindName(t *testing.T, tr *engine.TargetResult) map[string]map[string]any
 
 // TestHelmPerTarget: a chart in another source renders per target with
 // release = the ManifestSync's name, namespace = the target's, values =
-// values.yaml <- helm.values <- valuesFrom in order (a file of a source,
-// the target's params), so that each target gets its own; the CRDs come
+// values.yaml <- valuesFrom in order (a file of a source, the target's
+// params) <- helm.values, so that each target gets its own; the CRDs come
 // first; the source holding the chart adds no objects of its own; the
 // inputs record the chart's revision.
 func TestHelmPerTarget(t *testing.T) {
@@ -150,7 +150,8 @@ func TestHelmPerTarget(t *testing.T) {
 			t.Fatalf("target %s: no ConfigMap shop-cfg: %v", tr.Name, objs)
 		}
 		data := cm["data"].(map[string]any)
-		if data["color"] != want[tr.Name] || data["size"] != "large" || data["replicas"] != "2" || data["kube"] != helm.DefaultKubeVersion {
+		// size: helm.values' medium wins over the file's large.
+		if data["color"] != want[tr.Name] || data["size"] != "medium" || data["replicas"] != "2" || data["kube"] != helm.DefaultKubeVersion {
 			t.Errorf("target %s: data %v", tr.Name, data)
 		}
 		if ns := cm["metadata"].(map[string]any)["namespace"]; ns != tr.Name || data["releaseNamespace"] != tr.Name {
@@ -160,6 +161,41 @@ func TestHelmPerTarget(t *testing.T) {
 	rev := res.Inputs.Sources["app"]
 	if !strings.HasPrefix(rev, "app@1.0.0@sha256:") {
 		t.Errorf("app's revision %q", rev)
+	}
+}
+
+// TestHelmValuesOrder: values.yaml <- each valuesFrom in its order <-
+// helm.values, as Flux merges a HelmRelease's valuesFrom and then its
+// values: a key in both helm.values and a ConfigMap takes helm.values';
+// a target's param ({params: true}) wins over the ConfigMap before it
+// and loses to helm.values.
+func TestHelmValuesOrder(t *testing.T) {
+	refs := map[string]*engine.Snapshot{"app": {Revision: "refs", Refs: map[string]map[string]string{
+		"ConfigMap/web": {"values.yaml": "size: large\ncolor: cm\nreplicas: 3\n"},
+	}}}
+	res := evalHelm(t, `        includeCRDs: false
+        values: {size: medium}
+        valuesFrom:
+          - {kind: ConfigMap, name: web}
+          - {params: true}`, `    - name: big
+      namespace: big
+      params: {size: huge}`, engine.Options{}, refs)
+	want := map[string]string{
+		// color: the params' (spec's, prod's own) over the ConfigMap's;
+		// size: helm.values' over the ConfigMap's and big's param;
+		// replicas: the ConfigMap's over values.yaml's.
+		"dev":  "blue medium 3",
+		"prod": "green medium 3",
+		"big":  "blue medium 3",
+	}
+	if len(res.Targets) != len(want) {
+		t.Fatalf("%d targets, want %d", len(res.Targets), len(want))
+	}
+	for _, tr := range res.Targets {
+		data, _ := byKindName(t, tr)["ConfigMap/shop-cfg"]["data"].(map[string]any)
+		if got := fmt.Sprintf("%v %v %v", data["color"], data["size"], data["replicas"]); got != want[tr.Name] {
+			t.Errorf("target %s: color size replicas = %s, want %s", tr.Name, got, want[tr.Name])
+		}
 	}
 }
 

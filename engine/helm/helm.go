@@ -308,7 +308,8 @@ func checkDependencies(ch *chart.Chart) error {
 // later set wins); a set with a TargetPath puts its data as a string at
 // that path of what is merged so far, as Flux does. The chart's
 // values.yaml is coalesced under the result at render
-// (util.ToRenderValues: a null here deletes the chart's key).
+// (util.ToRenderValues: a null here deletes the chart's key). A helm
+// source gives its valuesFrom first and its values last.
 func userValues(sets []stdlib.HelmValues) (map[string]any, error) {
 	vals := map[string]any{}
 	for _, v := range sets {
