@@ -15,6 +15,7 @@ package kustomize
 import (
 	"fmt"
 	"path"
+	"slices"
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
@@ -66,6 +67,18 @@ func display(dir string) string {
 func HasKustomization(files map[string][]byte, dir string) bool {
 	for _, n := range kustomizationNames {
 		if _, ok := files[path.Join(dir, n)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Holds tells whether any directory of files holds a kustomization: a
+// git path holding one (its own, or one below it that is built) is built
+// in its whole repository.
+func Holds(files map[string][]byte) bool {
+	for p := range files {
+		if slices.Contains(kustomizationNames, path.Base(p)) {
 			return true
 		}
 	}
