@@ -92,9 +92,12 @@ func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 		return nil, err
 	}
 	for _, dir := range dirs {
-		built, err := KustomizeBuild(snap, dir)
-		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" {
-			return nil, fmt.Errorf("source %q: %w (the tree of a git source is its path: for a base elsewhere in the repository, read it whole with a git source and build %s with a kustomize source)", s.Name, err, path.Join(s.Git.Path, dir))
+		built, err := buildGitDir(s, snap, dir)
+		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" && snap.Root == nil {
+			return nil, fmt.Errorf("source %q: %w (this copy holds only the path %s: give the repository's checkout at that path, --source %s=CHECKOUT/%s, to build it in the whole repository)", s.Name, err, s.Git.Path, s.Name, path.Clean(s.Git.Path))
+		}
+		if errors.Is(err, kustomize.ErrLeavesTree) && snap.Root != nil {
+			return nil, fmt.Errorf("source %q: %w (out of the repository)", s.Name, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", s.Name, err)
@@ -106,6 +109,17 @@ func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 		objs = append(objs, more...)
 	}
 	return objs, nil
+}
+
+// buildGitDir builds dir of the path of git source s: in the repository's
+// tree when snap carries it (Snapshot.Root), as Flux and Argo CD build a
+// path of a whole checkout, so that only what leaves the repository is
+// refused; else in the path's files.
+func buildGitDir(s *v1alpha1.Source, snap *Snapshot, dir string) (*Snapshot, error) {
+	if snap.Root == nil {
+		return KustomizeBuild(snap, dir)
+	}
+	return KustomizeBuild(&Snapshot{Revision: snap.Revision, Time: snap.Time, Files: snap.Root}, path.Join(s.Git.Path, dir))
 }
 
 // kustomizationDirs are the directories of snap that Flux builds: its

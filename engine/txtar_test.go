@@ -25,6 +25,9 @@ var update = flag.Bool("update", false, "rewrite the out/ files of testdata/*.tx
 //
 //	-- sync.yaml --          the ManifestSync
 //	-- NAME/PATH --          a file of source NAME
+//	-- NAME@root/PATH --     a file of the repository tree of git source
+//	                         NAME (Snapshot.Root), whose files are then
+//	                         those under its path
 //	-- NAME.yaml --          the object of object source NAME, or the
 //	                         objects object set source NAME selects from
 //	-- refs/NAME.yaml --     the ConfigMap or Secret NAME a source's
@@ -123,14 +126,23 @@ func evaluateArchive(t *testing.T, ar *txtar.Archive) map[string]string {
 			snaps[s.Name] = source.ObjectSnapshot(m)
 			continue
 		}
-		files := map[string][]byte{}
+		files, root := map[string][]byte{}, map[string][]byte{}
 		for name, data := range byName {
 			if rel, ok := strings.CutPrefix(name, s.Name+"/"); ok {
 				files[rel] = data
 			}
+			if rel, ok := strings.CutPrefix(name, s.Name+"@root/"); ok {
+				root[rel] = data
+				if rel, ok := strings.CutPrefix(rel, s.Git.Path+"/"); ok {
+					files[rel] = data
+				}
+			}
 		}
 		if len(files) > 0 {
 			snaps[s.Name] = &engine.Snapshot{Files: files, Revision: engine.ContentDigest(files)}
+		}
+		if len(root) > 0 {
+			snaps[s.Name].Root = root
 		}
 	}
 	for _, s := range sf.Sync.Spec.Sources {
