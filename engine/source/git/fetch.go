@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	"github.com/manifestsync/manifestsync/lang/kustomize"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -92,13 +94,20 @@ type cachedRepo struct {
 	used  time.Time
 }
 
-type snapKey struct{ url, ref, path string }
+// snapKey names a snapshot: whole says that the path's kustomizations
+// are built, so the repository's tree is read with it when one is there
+// (engine.Snapshot.Root).
+type snapKey struct {
+	url, ref, path string
+	whole          bool
+}
 
 type cachedSnap struct {
 	commit plumbing.Hash
 	files  map[string][]byte
+	root   map[string][]byte // engine.Snapshot.Root; its contents are files'
 	time   time.Time
-	bytes  int64
+	bytes  int64 // of files and root, counted once
 }
 
 // flightKey names a fetch: a source and the digest of its credentials, so
@@ -112,7 +121,7 @@ type flightKey struct {
 // String is the key of the fetch in Fetcher.flights: the URL first, so
 // that urlOf finds it.
 func (k flightKey) String() string {
-	return k.url + "\x00" + k.ref + "\x00" + k.path + "\x00" + k.auth
+	return k.url + "\x00" + k.ref + "\x00" + k.path + "\x00" + strconv.FormatBool(k.whole) + "\x00" + k.auth
 }
 
 // urlOf is the URL of the fetch whose key is key.
@@ -201,7 +210,7 @@ func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth)
 		j.caBundle = auth.CABundle
 	}
 	j.key = flightKey{
-		snapKey: snapKey{url: r.key, ref: source.DescribeRef(src.Ref), path: dir},
+		snapKey: snapKey{url: r.key, ref: source.DescribeRef(src.Ref), path: dir, whole: dir != "" && (src.Kustomize == nil || *src.Kustomize)},
 		auth:    auth.digest(r),
 	}
 	snap, err := f.await(ctx, j)
@@ -351,11 +360,10 @@ func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j
 	cached, ok := f.snaps[key]
 	f.mu.Unlock()
 	if !ok || cached.commit != commit.Hash {
-		files, size, err := readFiles(st, commit, j.dir, f.opts.Limits, f.opts.MaxFileBytes)
-		if err != nil {
+		var err error
+		if cached, err = f.read(st, commit, key); err != nil {
 			return nil, err
 		}
-		cached = &cachedSnap{commit: commit.Hash, files: files, time: commit.Committer.When.UTC(), bytes: size}
 		f.mu.Lock()
 		f.snaps[key] = cached
 		f.mu.Unlock()
@@ -363,6 +371,40 @@ func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j
 	return &engine.Snapshot{
 		Revision: t.revision(cached.commit),
 		Files:    maps.Clone(cached.files),
+		Root:     maps.Clone(cached.root),
 		Time:     cached.time,
 	}, nil
+}
+
+// read reads the files of commit at the path of key. When key is whole
+// and they hold a kustomization, it reads the repository's tree too,
+// within the same limits, for the build (engine.Snapshot.Root): Flux and
+// Argo CD build a path of a whole checkout, so an overlay may name
+// ../../base. The path's files are then the tree's, held once.
+func (f *Fetcher) read(st storage.Storer, commit *object.Commit, key snapKey) (*cachedSnap, error) {
+	files, size, err := readFiles(st, commit, key.path, f.opts.Limits, f.opts.MaxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	c := &cachedSnap{commit: commit.Hash, files: files, time: commit.Committer.When.UTC(), bytes: size}
+	if !key.whole || !kustomize.Holds(files) {
+		return c, nil
+	}
+	root, size, err := readFiles(st, commit, "", f.opts.Limits, f.opts.MaxFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("the repository's tree, in which the kustomization of path %q is built: %w", key.path, err)
+	}
+	for p, b := range files {
+		if shared, ok := root[key.path+"/"+p]; ok {
+			files[p] = shared
+		} else { // under a hidden directory, which the tree skips
+			root[key.path+"/"+p] = b
+			size += int64(len(b))
+		}
+	}
+	if size > f.opts.Limits.MaxBytes || len(root) > f.opts.Limits.MaxFiles {
+		return nil, fmt.Errorf("%w: the repository's tree, in which the kustomization of path %q is built, is over %d files or %d bytes (the limits)", ErrLimit, key.path, f.opts.Limits.MaxFiles, f.opts.Limits.MaxBytes)
+	}
+	c.root, c.bytes = root, size
+	return c, nil
 }
