@@ -164,6 +164,7 @@ func TestPoolMatchesInProcess(t *testing.T) {
 		"collision":    {collidingSpec(), engine.Options{}},
 		"secret":       {inlineSpec(secretScript), engine.Options{}},
 		"substitute":   {substituteSpec(), engine.Options{}},
+		"root":         {rootSpec(), engine.Options{}},
 		// A remote target's selector matches its own cluster's
 		// namespaces, which the worker must be given too.
 		"remote selector": {remoteSelectorSpec(), engine.Options{

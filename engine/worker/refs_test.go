@@ -26,3 +26,25 @@ func substituteSpec() engine.Spec {
 		}},
 	}
 }
+
+// rootSpec is a git source whose path holds an overlay naming ../../base:
+// the repository's tree (Snapshot.Root) crosses to the worker, which
+// builds the overlay in it.
+func rootSpec() engine.Spec {
+	root := map[string][]byte{
+		"base/cm.yaml":                           []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n"),
+		"base/kustomization.yaml":                []byte("resources: [cm.yaml]\n"),
+		"overlays/production/kustomization.yaml": []byte("resources: [../../base]\nnamePrefix: prod-\n"),
+	}
+	return engine.Spec{
+		Sync: &v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "app", Git: &v1alpha1.GitSource{URL: "https://example.com/fleet.git", Path: "overlays/production"}}},
+			Targets: []v1alpha1.Target{{Name: "dev", Namespace: "dev"}},
+		},
+		Snapshots: map[string]*engine.Snapshot{"app": {
+			Revision: "main@sha1:0123456",
+			Files:    map[string][]byte{"kustomization.yaml": root["overlays/production/kustomization.yaml"]},
+			Root:     root,
+		}},
+	}
+}
