@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/lang/kustomize"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -66,6 +70,9 @@ func (l *Local) read(ctx context.Context, r *Resolver, src *v1alpha1.Source) (sn
 	if p, ok := l.overrides[src.Name]; ok {
 		dir, name := givenTree(p)
 		snap, err := l.readCopy(ctx, WorkTree{}, r, src, dir, name, p)
+		if err == nil && name == "." {
+			err = readCheckout(src, p, snap)
+		}
 		return snap, true, err
 	}
 	if src.Kustomize != nil {
@@ -119,6 +126,37 @@ func (l *Local) readCopy(ctx context.Context, t Tree, r *Resolver, src *v1alpha1
 		return r.Helm.FetchHelm(ctx, src.Name, *src.Helm, snap)
 	}
 	return snap, nil
+}
+
+// readCheckout gives snap, read from dir for git source src, the
+// repository's tree its kustomizations are built in (Snapshot.Root), as
+// the git provider does, when src has a path holding one and dir is that
+// path inside a checkout: the directory above dir by the path holds .git
+// (--source app=~/src/fleet/overlays/prod for path overlays/prod reads
+// ~/src/fleet as the repository). The tree is read within the default
+// limits, and its digest is in the revision. Otherwise dir is the path's
+// files alone, as ever.
+func readCheckout(src *v1alpha1.Source, dir string, snap *engine.Snapshot) error {
+	if src.Git == nil || src.Git.Path == "" || (src.Git.Kustomize != nil && !*src.Git.Kustomize) || !kustomize.Holds(snap.Files) {
+		return nil
+	}
+	root := filepath.Clean(dir)
+	for _, elem := range slices.Backward(strings.Split(path.Clean(src.Git.Path), "/")) {
+		if filepath.Base(root) != elem {
+			return nil
+		}
+		root = filepath.Dir(root)
+	}
+	if _, err := os.Lstat(filepath.Join(root, ".git")); err != nil {
+		return nil
+	}
+	tree, err := Dir(root, Limits{})
+	if err != nil {
+		return &LocalError{fmt.Errorf("source %q: the checkout %s, in which the kustomization of %s is built: %w", src.Name, root, dir, err)}
+	}
+	snap.Root = tree.Files
+	snap.Revision = LocalPrefix + filepath.ToSlash(dir) + "@" + tree.Revision
+	return nil
 }
 
 // LocalPrefix starts the revision of a git source read from a local path.
