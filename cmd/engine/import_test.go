@@ -258,11 +258,16 @@ func TestImportHelmRendersAsHelmTemplate(t *testing.T) {
 		got := evalObjects(t, filepath.Join(out, "argocd", "podinfo.yaml"), "chart="+chart, "values="+filepath.Join(importFixtures, "repo"))
 		want := helmTemplate(t, "podinfo-argo", chart, "--namespace", "podinfo", "--include-crds",
 			"-f", filepath.Join(importFixtures, "repo", "envs", "prod", "values.yaml"),
-			"-f", writeTemp(t, "values.yaml", "ui:\n  message: hello from argo\nimage:\n  tag: 6.7.1\n"),
-			"--set", "service.port=9999")
+			"-f", writeTemp(t, "values.yaml", "ui:\n  message: hello from argo\nimage:\n  tag: 6.7.1\nreplicaCount: 4\n"),
+			"--set", "service.port=9999", "--set", "image.tag=6.7.2")
 		sameObjects(t, got, byKindName(t, want, "podinfo"))
-		if d := got["Deployment/podinfo-argo"]; d == nil || !strings.Contains(mustYAML(t, d), "containerPort: 9999") {
-			t.Errorf("the Application's parameters are not applied:\n%s", mustYAML(t, d))
+		// The values file's replicaCount 3 loses to valuesObject's 4, whose
+		// image.tag 6.7.1 loses to the parameter's 6.7.2.
+		d := mustYAML(t, got["Deployment/podinfo-argo"])
+		for _, w := range []string{"containerPort: 9999", "replicas: 4", ":6.7.2"} {
+			if !strings.Contains(d, w) {
+				t.Errorf("the Application's values, in Argo CD's order, do not give %q:\n%s", w, d)
+			}
 		}
 	})
 }

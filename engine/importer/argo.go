@@ -52,7 +52,6 @@ func (in *inputs) application(o *object, opts Options) (*Imported, error) {
 		}
 	}
 	ms.Spec.Sources = a.out
-	ms.Spec.Params = rawValues(a.params)
 	t := in.destination(o, ms.Namespace)
 	ms.Spec.Targets = []v1alpha1.Target{t}
 	in.syncPolicy(o, ms)
@@ -84,10 +83,9 @@ type appSources struct {
 	opts  Options
 	multi bool
 	// refs are the source names of the sources with a ref, by ref.
-	refs   map[string]string
-	names  map[string]bool
-	out    []v1alpha1.Source
-	params map[string]any
+	refs  map[string]string
+	names map[string]bool
+	out   []v1alpha1.Source
 }
 
 // name gives the source of field a unique name: its own name or ref, else
@@ -242,14 +240,10 @@ func (a *appSources) helm(f string, h *v1alpha1.HelmSource, repo string) error {
 			o.report(field, err.Error())
 		}
 	}
-	if len(values) > 0 && len(h.ValuesFrom) > 0 {
-		// Argo CD gives its values after the files: they become the
-		// params, merged last.
-		a.params = values
-		h.ValuesFrom = append(h.ValuesFrom, v1alpha1.HelmValuesReference{Params: true})
-	} else {
-		h.Values = rawValues(values)
-	}
+	// Argo CD gives the valueFiles in order, then values, then the
+	// parameters (--set): a helm source's valuesFrom, then its values,
+	// the parameters set into them.
+	h.Values = rawValues(values)
 	h.ReleaseName = cmp.Or(o.str(hf+".releaseName"), o.name)
 	h.Namespace = o.str(hf + ".namespace")
 	if o.boolean(hf+".skipCrds", false) {

@@ -64,7 +64,8 @@ spec:
 // A Flux HelmRelease of a chart in a GitRepository (its valuesFiles from
 // the same source), with install.crds Skip, no targetNamespace (the
 // release's namespace is the HelmRelease's, its name the HelmRelease's),
-// and values alone (helm.values, no params); an OCIRepository chartRef
+// and values (helm.values, merged after valuesFrom as Flux merges them;
+// no params); an OCIRepository chartRef
 // becomes an oci:// chart; ref.name that is not a branch or a tag is
 // reported.
 func TestHelmReleaseForms(t *testing.T) {
@@ -103,12 +104,12 @@ spec:
 	if h.Source != "repo" || h.Path != "charts/app" || h.ReleaseName != "" || h.IncludeCRDs == nil || *h.IncludeCRDs {
 		t.Errorf("app's helm source: %+v", h)
 	}
-	// Flux's order: the chart's values files, then values: the values are
-	// the params, merged last.
-	if len(h.ValuesFrom) != 2 || h.ValuesFrom[0].Source != "repo" || h.ValuesFrom[0].Path != "charts/app/values-prod.yaml" || !h.ValuesFrom[1].Params {
+	// Flux's order: the chart's values files, then values, as a helm
+	// source merges valuesFrom, then values.
+	if len(h.ValuesFrom) != 1 || h.ValuesFrom[0].Source != "repo" || h.ValuesFrom[0].Path != "charts/app/values-prod.yaml" {
 		t.Errorf("app's valuesFrom: %+v", h.ValuesFrom)
 	}
-	if v := values(t, h); v != nil || app.Spec.Params == nil || string(app.Spec.Params.Raw) != `{"replicas":2}` {
+	if v := values(t, h); v["replicas"] != float64(2) || len(v) != 1 || app.Spec.Params != nil {
 		t.Errorf("app's values %v, params %v", v, app.Spec.Params)
 	}
 	if app.Spec.Wait || app.Spec.Targets[0].Namespace != "flux-system" {

@@ -188,25 +188,16 @@ func (in *inputs) finishHelmRelease(o *object, im *Imported, h *v1alpha1.HelmSou
 		o.report("spec.install.crds", fmt.Sprintf("%q: want Skip, Create or CreateReplace", c))
 	}
 	o.drop("spec.upgrade.crds", "CRDs are applied on every sync, as objects of the first wave (Flux skips them on upgrade by default)")
-	values := o.mapAt("spec.values")
-	var from []v1alpha1.HelmValuesReference
+	// Flux merges the chart's valuesFiles, each valuesFrom in order, then
+	// values, as a helm source does.
 	for i, e := range o.list("spec.valuesFrom") {
 		var r v1alpha1.HelmValuesReference
 		if err := convert(e, &r); err != nil {
 			return nil, o.errorf(fmt.Sprintf("spec.valuesFrom[%d]", i), "%v", err)
 		}
-		from = append(from, r)
+		h.ValuesFrom = append(h.ValuesFrom, r)
 	}
-	h.ValuesFrom = append(h.ValuesFrom, from...)
-	if len(values) > 0 && len(h.ValuesFrom) > 0 {
-		// Flux merges values over valuesFrom; a helm source merges
-		// valuesFrom over values. The values become the params, merged
-		// last.
-		ms.Spec.Params = rawValues(values)
-		h.ValuesFrom = append(h.ValuesFrom, v1alpha1.HelmValuesReference{Params: true})
-	} else {
-		h.Values = rawValues(values)
-	}
+	h.Values = rawValues(o.mapAt("spec.values"))
 	// Flux waits for the release's objects unless told not to.
 	ms.Spec.Wait = !o.boolean("spec.install.disableWait", false)
 	o.drop("spec.upgrade.disableWait", "spec.wait follows install.disableWait")
