@@ -187,55 +187,6 @@ func csv(v string) []string {
 	return out
 }
 
-// hookKindOrder is the order of kinds inside a wave of hooks: Argo CD's
-// (gitops-engine's sync tasks, after Helm's kind sorter). Kinds not
-// listed come after these.
-var hookKindOrder = []string{
-	"Namespace",
-	"NetworkPolicy",
-	"ResourceQuota",
-	"LimitRange",
-	"PodSecurityPolicy",
-	"PodDisruptionBudget",
-	"ServiceAccount",
-	"Secret",
-	"SecretList",
-	"ConfigMap",
-	"StorageClass",
-	"PersistentVolume",
-	"PersistentVolumeClaim",
-	"CustomResourceDefinition",
-	"ClusterRole",
-	"ClusterRoleList",
-	"ClusterRoleBinding",
-	"ClusterRoleBindingList",
-	"Role",
-	"RoleList",
-	"RoleBinding",
-	"RoleBindingList",
-	"Service",
-	"DaemonSet",
-	"Pod",
-	"ReplicationController",
-	"ReplicaSet",
-	"Deployment",
-	"HorizontalPodAutoscaler",
-	"StatefulSet",
-	"Job",
-	"CronJob",
-	"Ingress",
-	"APIService",
-}
-
-// hookKindRank is kind's place in hookKindOrder; unlisted kinds (custom
-// resources) come last.
-func hookKindRank(kind string) int {
-	if i := slices.Index(hookKindOrder, kind); i >= 0 {
-		return i
-	}
-	return len(hookKindOrder)
-}
-
 // HookObject is a hook of a target with what its annotations say.
 type HookObject struct {
 	Object *unstructured.Unstructured
@@ -331,10 +282,7 @@ func PlanHooks(objs []*unstructured.Unstructured, digests []string) (*HookPlan, 
 	for phase, waves := range plan.Hooks {
 		slices.SortFunc(waves, func(a, b HookWave) int { return cmp.Compare(a.N, b.N) })
 		for _, w := range waves {
-			slices.SortStableFunc(w.Hooks, func(a, b HookObject) int {
-				return cmp.Or(cmp.Compare(hookKindRank(a.Object.GetKind()), hookKindRank(b.Object.GetKind())),
-					strings.Compare(HookName(a.Object), HookName(b.Object)))
-			})
+			slices.SortStableFunc(w.Hooks, func(a, b HookObject) int { return compareInWave(a.Object, b.Object) })
 		}
 		plan.Hooks[phase] = waves
 	}
