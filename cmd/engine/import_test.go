@@ -147,8 +147,17 @@ func TestImportFluxRendersAsFlux(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo := filepath.Join(importFixtures, "repo")
+	// web's git source is read from its path in a checkout (.git beside
+	// it), whose whole tree its build sees, as Flux's.
+	checkout := t.TempDir()
+	if err := os.CopyFS(checkout, os.DirFS(repo)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(checkout, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ name, path, source string }{
-		{"web", "apps/prod", repo},
+		{"web", "apps/prod", filepath.Join(checkout, "apps", "prod")},
 		{"infra", "infra", filepath.Join(repo, "infra")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

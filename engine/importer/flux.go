@@ -59,30 +59,15 @@ func (in *inputs) kustomization(o *object, opts Options) (*Imported, error) {
 		}
 		b.SubstituteFrom = append(b.SubstituteFrom, r)
 	}
-	gitName := dnsLabel(src.name, "repo")
-	repo := opts.Repos[g.URL]
-	switch {
-	case repo != nil && hasKustomization(repo, p):
-		// Built from the whole repository, as Flux builds it: the
-		// kustomization may name files above its path (../base).
-		k := &v1alpha1.KustomizeSource{Source: gitName, Path: p, Substitute: b.Substitute, SubstituteFrom: b.SubstituteFrom}
-		name := dnsLabel(o.name, "build")
-		if name == gitName {
-			name += "-build"
+	// The path is built in the whole repository, as Flux builds it: a
+	// kustomization there may name ../base.
+	if repo := opts.Repos[g.URL]; repo != nil && !hasKustomization(repo, p) {
+		if sub := nestedKustomization(repo, p); sub != "" {
+			o.report("spec.path", fmt.Sprintf("%s holds no kustomization but %s does: Flux builds that directory, a git source reads its YAML files as they are; add a kustomization.yaml at %s naming it", cmp.Or(p, "."), sub, cmp.Or(p, ".")))
 		}
-		ms.Spec.Sources = []v1alpha1.Source{{Name: gitName, Git: g}, {Name: name, Kustomize: k}}
-	default:
-		if repo != nil {
-			if sub := nestedKustomization(repo, p); sub != "" {
-				o.report("spec.path", fmt.Sprintf("%s holds no kustomization but %s does: Flux builds that directory, a git source reads its YAML files as they are; add a kustomization.yaml at %s naming it", cmp.Or(p, "."), sub, cmp.Or(p, ".")))
-			}
-		}
-		if repo == nil {
-			o.report("spec.path", fmt.Sprintf("read as the subtree %s of the git source: a kustomization.yaml there is built, but may not name files above it (../base); give a checkout with --repo %s=DIR to have import check, and build such a kustomization over the whole repository", cmp.Or(p, "."), g.URL))
-		}
-		g.Path, g.Build = p, b
-		ms.Spec.Sources = []v1alpha1.Source{{Name: gitName, Git: g}}
 	}
+	g.Path, g.Build = p, b
+	ms.Spec.Sources = []v1alpha1.Source{{Name: dnsLabel(src.name, "repo"), Git: g}}
 	in.common(o, ms, "spec.targetNamespace")
 	prune := o.boolean("spec.prune", false)
 	ms.Spec.Policy.Prune = &prune

@@ -410,20 +410,16 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	for wi, w := range waves {
 		first := len(out.changes)
-		// A wave's objects are applied one by one in its order (Argo
-		// CD's), the custom resources after the CRDs.
-		lastCRD := -1
-		for i, obj := range w.Objects {
-			if isCRD(obj) {
-				lastCRD = i
-			}
+		crds := 0 // a wave's CRDs come first in it
+		for crds < len(w.Objects) && isCRD(w.Objects[crds]) {
+			crds++
 		}
 		for i, obj := range w.Objects {
 			if err := apply(obj); err != nil {
 				out.changes, out.err = nil, err
 				return out
 			}
-			if i == lastCRD {
+			if i == crds-1 {
 				// The kinds the CRDs define are served once they are
 				// Established.
 				r.awaitEstablished(ctx, c, a.health, out.changes[first:])
