@@ -74,9 +74,10 @@ func (r *Reconciler) watchKind(ctx context.Context, checker *health.Checker, gvk
 	return nil
 }
 
-func isCRD(obj *unstructured.Unstructured) bool {
-	gvk := obj.GroupVersionKind()
-	return gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition"
+func isCRD(obj *unstructured.Unstructured) bool { return isCRDKind(obj.GroupVersionKind().GroupKind()) }
+
+func isCRDKind(gk schema.GroupKind) bool {
+	return gk == schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
 }
 
 // awaitEstablished waits until the CRDs among changes, just applied, are
@@ -87,7 +88,7 @@ func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *
 	waited := false
 	for i := range changes {
 		ch := &changes[i]
-		if !ch.ours() || (ch.health != nil && ch.health.Status == health.Current) {
+		if !ch.ours() || !isCRDKind(ch.Item.gvk().GroupKind()) || (ch.health != nil && ch.health.Status == health.Current) {
 			continue
 		}
 		waited = true

@@ -410,16 +410,20 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	}
 	for wi, w := range waves {
 		first := len(out.changes)
-		crds := 0 // a wave's CRDs come first in it
-		for crds < len(w.Objects) && isCRD(w.Objects[crds]) {
-			crds++
+		// A wave's objects are applied one by one in its order (Argo
+		// CD's), the custom resources after the CRDs.
+		lastCRD := -1
+		for i, obj := range w.Objects {
+			if isCRD(obj) {
+				lastCRD = i
+			}
 		}
 		for i, obj := range w.Objects {
 			if err := apply(obj); err != nil {
 				out.changes, out.err = nil, err
 				return out
 			}
-			if i == crds-1 {
+			if i == lastCRD {
 				// The kinds the CRDs define are served once they are
 				// Established.
 				r.awaitEstablished(ctx, c, a.health, out.changes[first:])

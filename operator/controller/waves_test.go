@@ -54,6 +54,37 @@ func TestCRDAndItsResourcesInOneTarget(t *testing.T) {
 	}
 }
 
+// Inside a wave a PersistentVolumeClaim (never bound here: no storage)
+// comes before the CRD, in Argo CD's order: only the CRD is awaited
+// before the custom resources. Waiting for the claim as for a CRD would
+// hold the sync establishTimeout.
+func TestOnlyCRDsAwaitedInTheirWave(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	group := ns + ".crd.example.com"
+	claim := `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`
+	ms := newSync(ns, "crd", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf(widgetDoc(group, "w", 0), claim, widgetCRD(group)),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	})
+	start := time.Now()
+	createSync(t, ms)
+	got := ready(t, ms)
+	if took := time.Since(start); took >= establishTimeout {
+		t.Errorf("synced after %s: the claim was awaited as a CRD", took.Round(time.Millisecond))
+	}
+	if n := len(entriesOf(t, got)); n != 3 {
+		t.Errorf("inventory has %d objects, want 3", n)
+	}
+}
+
 // watchLog records the ADDED and DELETED events of ConfigMaps and
 // Deployments of a namespace, with their resourceVersions, which etcd
 // orders.

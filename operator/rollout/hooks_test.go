@@ -58,6 +58,12 @@ func serviceAccountDoc(name string) string {
 	return "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: " + name + "}\n"
 }
 
+// objectDoc is an object of kind with annotations (a YAML flow map's
+// entries) and the top-level fields rest.
+func objectDoc(apiVersion, kind, name, annotations, rest string) string {
+	return fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  annotations: {%s}\n%s", apiVersion, kind, name, annotations, rest)
+}
+
 // webDoc is a Deployment of one replica, which kwok makes available.
 func webDoc(annotations string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
@@ -92,8 +98,12 @@ type seen struct {
 
 var watchedKinds = []schema.GroupVersionKind{
 	{Group: "batch", Version: "v1", Kind: "Job"},
+	{Group: "batch", Version: "v1", Kind: "CronJob"},
 	{Version: "v1", Kind: "ConfigMap"},
+	{Version: "v1", Kind: "Secret"},
 	{Version: "v1", Kind: "ServiceAccount"},
+	{Version: "v1", Kind: "Service"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"},
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
 }
 
@@ -172,11 +182,14 @@ func hookSync(ns, name string, timeout time.Duration, docs ...string) *v1alpha1.
 
 // A chart's hook Jobs (pre-install and post-install, with weights) and an
 // Argo CD repository's hooks (PreSync, Sync, PostSync, SyncFail) and
-// waves -1..2 run with kube-controller-manager's Jobs: a watcher sees
-// them created phase by phase, wave by wave, in Argo CD's kind order,
-// then by name; each hook after the wave before it completed, PostSync
-// once the Deployment is available. hook-succeeded and HookSucceeded
-// hooks are deleted after they succeed; SyncFail hooks do not run.
+// ordinary objects of several kinds in waves -1..2 run with
+// kube-controller-manager's Jobs: a watcher sees hooks and ordinary
+// objects alike created phase by phase, wave by wave, in Argo CD's kind
+// order (where it differs from the engine's: a Secret before a
+// ConfigMap, a ConfigMap before a Role, a Job before a CronJob), then by
+// name; each hook after the wave before it completed, PostSync once the
+// Deployment and the Job are done. hook-succeeded and HookSucceeded hooks
+// are deleted after they succeed; SyncFail hooks do not run.
 func TestHookOrder(t *testing.T) {
 	env.Need(t)
 	chartNS, argoNS := env.Namespace(t, nil), env.Namespace(t, nil)
@@ -195,9 +208,27 @@ func TestHookOrder(t *testing.T) {
 		jobDoc("seed-", `argocd.argoproj.io/hook: PreSync, argocd.argoproj.io/sync-wave: "-1"`, "", ""),
 		jobDoc("pre-b", `argocd.argoproj.io/hook: PreSync`, "", ""),
 		jobDoc("pre-a", `argocd.argoproj.io/hook: PreSync`, "", ""),
+		objectDoc("rbac.authorization.k8s.io/v1", "Role", "app", `argocd.argoproj.io/sync-wave: "-1"`, "rules: []\n"),
 		configMapDoc("cm-early", `argocd.argoproj.io/sync-wave: "-1"`),
+		objectDoc("v1", "Secret", "token", `argocd.argoproj.io/sync-wave: "-1"`, "stringData: {k: v}\n"),
+		objectDoc("v1", "ServiceAccount", "app", `argocd.argoproj.io/sync-wave: "-1"`, ""),
+		objectDoc("batch/v1", "CronJob", "nightly", "", `spec:
+  schedule: "0 3 * * *"
+  suspend: true
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: job, image: registry.invalid/job:1}]
+`),
+		jobDoc("batch", "", "", ""),
 		webDoc(""),
+		objectDoc("v1", "Service", "web", "", "spec: {selector: {app: web}, ports: [{port: 80}]}\n"),
+		configMapDoc("cm-b", `argocd.argoproj.io/sync-wave: "1"`),
 		jobDoc("sync-hook", `argocd.argoproj.io/hook: Sync, argocd.argoproj.io/sync-wave: "1"`, "", ""),
+		configMapDoc("cm-a", `argocd.argoproj.io/sync-wave: "1"`),
+		objectDoc("rbac.authorization.k8s.io/v1", "Role", "late", `argocd.argoproj.io/sync-wave: "2"`, "rules: []\n"),
 		configMapDoc("cm-late", `argocd.argoproj.io/sync-wave: "2"`),
 		jobDoc("post", `argocd.argoproj.io/hook: PostSync, argocd.argoproj.io/hook-delete-policy: HookSucceeded`, "", ""),
 		jobDoc("on-fail", `argocd.argoproj.io/hook: SyncFail`, "", ""),
@@ -214,7 +245,14 @@ func TestHookOrder(t *testing.T) {
 		t.Errorf("the chart's objects were created in the order\n%q\nwant\n%q", got, want)
 	}
 	seedName := "seed-" + strings.TrimPrefix(gotArgo.Status.Targets[0].Hooks.Digest, "sha256:")[:5]
-	want = []string{"Job " + seedName, "Job pre-a", "Job pre-b", "ConfigMap cm-early", "Deployment web", "Job sync-hook", "ConfigMap cm-late", "Job post"}
+	want = []string{
+		"Job " + seedName, "Job pre-a", "Job pre-b", // PreSync: wave -1, wave 0
+		"ServiceAccount app", "Secret token", "ConfigMap cm-early", "Role app", // wave -1
+		"Service web", "Deployment web", "Job batch", "CronJob nightly", // wave 0
+		"ConfigMap cm-a", "ConfigMap cm-b", "Job sync-hook", // wave 1, its Sync hook last
+		"ConfigMap cm-late", "Role late", // wave 2
+		"Job post", // PostSync
+	}
 	if got := argoSeen.order(t); !slices.Equal(got, want) {
 		t.Errorf("the Argo CD set was created in the order\n%q\nwant\n%q", got, want)
 	}
