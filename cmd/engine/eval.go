@@ -78,9 +78,13 @@ that cluster's namespaces, given with --cluster-namespaces SECRET[/KEY]=FILE
 none is said on stderr, in a line that starts "warning:".
 
 -o json gives, beside each target's objects, its waves: the order the
-operator applies them in, by the manifestsync.dev/wave annotation
-(ascending; CRDs, then Namespaces, first inside a wave), each object as
-"Kind namespace/name". A wave that is not an integer fails its target.
+operator applies them in, by the manifestsync.dev/wave annotation, else
+argocd.argoproj.io/sync-wave (ascending, default 0; a Namespace or a CRD
+goes to the wave of the first object that needs it), inside a wave in
+Argo CD's kind order (Namespaces first, CRDs before custom resources,
+webhook configurations last), then by name, each object as
+"Kind namespace/name". Hooks are not in it. A wave that is not an integer
+fails its target.
 
 Secret values are masked as *** in what eval prints or writes, as in its
 errors; --show-secrets prints them (for piping into kubectl apply). Digests
