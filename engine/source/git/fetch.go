@@ -259,10 +259,26 @@ func (f *Fetcher) run(ctx context.Context, j *job) (*engine.Snapshot, error) {
 	}()
 	select {
 	case res := <-done:
+		if errors.Is(res.err, context.DeadlineExceeded) && deadlinePassed(ctx) {
+			// A step's own deadline (response headers, the ssh
+			// connection's) is as long as the fetch's and starts after
+			// it: both end at once, and whichever the transport noticed
+			// first would be told. The fetch's is the one that ended it,
+			// and says after how long ("timed out after 1m0s").
+			<-ctx.Done() // at once: its deadline passed
+			return nil, context.Cause(ctx)
+		}
 		return res.snap, res.err
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+}
+
+// deadlinePassed reports whether ctx's deadline is past, even when the
+// timer that ends ctx has not run yet.
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (f *Fetcher) repo(key string) *cachedRepo {

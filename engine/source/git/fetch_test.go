@@ -601,8 +601,11 @@ func TestTimeout(t *testing.T) {
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("took %v", d)
 			}
-			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 300ms") {
-				t.Errorf("error %q does not say it timed out", err)
+			// The fetch's deadline ended it, whichever step's own deadline
+			// (as long, started later) the transport noticed first.
+			want := fmt.Sprintf("source \"app\": git %s://127.0.0.1:%d/repo.git (HEAD): timed out after 300ms: context deadline exceeded", scheme, silent)
+			if !errors.Is(err, context.DeadlineExceeded) || err.Error() != want {
+				t.Errorf("error %q, want %q", err, want)
 			}
 		})
 	}
