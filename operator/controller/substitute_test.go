@@ -35,32 +35,7 @@ func TestFluxLayoutSyncsAsFlux(t *testing.T) {
 	ctx := context.Background()
 	cache := gitOperator(t, git.Options{})
 	ns := remoteEnv.Namespace(t, nil)
-
-	content := t.TempDir()
-	if err := os.CopyFS(content, os.DirFS(filepath.Join("..", "..", "examples", "flux-layout", "repo"))); err != nil {
-		t.Fatal(err)
-	}
-	overlay := filepath.Join(content, "overlays", "staging", "kustomization.yaml")
-	b, err := os.ReadFile(overlay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(overlay, []byte(strings.Replace(string(b), "namespace: staging", "namespace: "+ns, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	gittest.Publish(t, root, "fleet", content)
-	url := gittest.Daemon(t, root) + "/fleet.git"
-
-	vars := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-vars"},
-		Data: map[string]string{"cluster_env": "staging", "cluster_region": "eu-west-1", "replicas": "3"}}
-	secrets := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-secrets"},
-		Data: map[string][]byte{"db_password": []byte("a-database-password")}}
-	for _, obj := range []client.Object{vars.DeepCopy(), secrets.DeepCopy()} {
-		if err := remoteEnv.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	content, url, vars, secrets := fluxLayoutRepo(t, ns)
 	hour := metav1.Duration{Duration: time.Hour}
 	ms := newSync(ns, "podinfo", v1alpha1.ManifestSyncSpec{
 		Sources: []v1alpha1.Source{
@@ -82,22 +57,7 @@ func TestFluxLayoutSyncsAsFlux(t *testing.T) {
 		t.Errorf("the kustomize source's revision %q: want the refs' digest, then the commit", rev)
 	}
 
-	want, err := fluxoracle.Render(filepath.Join(content, "overlays", "staging"), ns, vars, secrets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(want) != 5 {
-		t.Fatalf("Flux renders %d objects, want the example's 5", len(want))
-	}
-	for key, y := range want {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(y), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if err := inAPIServer(ctx, obj); err != nil {
-			t.Errorf("%s: %v", key, err)
-		}
-	}
+	inFluxRender(ctx, t, filepath.Join(content, "overlays", "staging"), ns, vars, secrets)
 
 	// A new value of cluster-vars: synced again without waiting for the
 	// interval.
@@ -132,6 +92,89 @@ func TestFluxLayoutSyncsAsFlux(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// fluxLayoutRepo serves the flux-layout example's repository, its staging
+// overlay in namespace ns, from a git daemon, and creates the
+// cluster-vars ConfigMap and cluster-secrets Secret it reads there.
+func fluxLayoutRepo(t *testing.T, ns string) (content, url string, vars *corev1.ConfigMap, secrets *corev1.Secret) {
+	t.Helper()
+	content = t.TempDir()
+	if err := os.CopyFS(content, os.DirFS(filepath.Join("..", "..", "examples", "flux-layout", "repo"))); err != nil {
+		t.Fatal(err)
+	}
+	overlay := filepath.Join(content, "overlays", "staging", "kustomization.yaml")
+	b, err := os.ReadFile(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(overlay, []byte(strings.Replace(string(b), "namespace: staging", "namespace: "+ns, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	gittest.Publish(t, root, "fleet", content)
+	url = gittest.Daemon(t, root) + "/fleet.git"
+
+	vars = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-vars"},
+		Data: map[string]string{"cluster_env": "staging", "cluster_region": "eu-west-1", "replicas": "3"}}
+	secrets = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-secrets"},
+		Data: map[string][]byte{"db_password": []byte("a-database-password")}}
+	for _, obj := range []client.Object{vars.DeepCopy(), secrets.DeepCopy()} {
+		if err := remoteEnv.Client.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return content, url, vars, secrets
+}
+
+// inFluxRender checks that the API server holds every object Flux's own
+// library renders of the overlay dir in namespace ns, with every field.
+func inFluxRender(ctx context.Context, t *testing.T, dir, ns string, vars *corev1.ConfigMap, secrets *corev1.Secret) {
+	t.Helper()
+	want, err := fluxoracle.Render(dir, ns, vars, secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 5 {
+		t.Fatalf("Flux renders %d objects, want the example's 5", len(want))
+	}
+	for key, y := range want {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(y), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := inAPIServer(ctx, obj); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}
+
+// Flux's own form syncs the same: a git source at the overlay's path
+// (whose ../../base is elsewhere in the repository), built in the whole
+// repository at the commit and substituted, as a Flux Kustomization's
+// spec.path over its GitRepository. The revision is the refs' digest,
+// then the commit.
+func TestFluxPathSyncsAsFlux(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	cache := gitOperator(t, git.Options{})
+	ns := remoteEnv.Namespace(t, nil)
+	content, url, vars, secrets := fluxLayoutRepo(t, ns)
+	ms := newSync(ns, "podinfo", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "podinfo", Git: &v1alpha1.GitSource{URL: url, Path: "overlays/staging", Build: v1alpha1.Build{
+			SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "ConfigMap", Name: "cluster-vars"}, {Kind: "Secret", Name: "cluster-secrets"}},
+		}}}},
+		Targets: targets(ns),
+	})
+	if err := remoteEnv.Client.Create(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteAndSweep(t, cache, []*v1alpha1.ManifestSync{ms}) })
+	got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, time.Minute)
+	if rev := got.Status.Inputs.Sources["podinfo"]; !strings.HasPrefix(rev, "refs:sha256:") || !strings.Contains(rev, "@HEAD@sha1:") {
+		t.Errorf("the source's revision %q: want the refs' digest, then the commit", rev)
+	}
+	inFluxRender(ctx, t, filepath.Join(content, "overlays", "staging"), ns, vars, secrets)
 }
 
 // inAPIServer checks that the object the API server holds has every field
