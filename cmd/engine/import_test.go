@@ -235,8 +235,8 @@ func writeTemp(t *testing.T, name, data string) string {
 // TestImportHelmRendersAsHelmTemplate: the ManifestSyncs engine import
 // writes of a Flux HelmRelease (values over valuesFrom, the release name
 // targetNamespace-name) and of an Argo CD Application with a chart and
-// $values files (valueFiles, then values and valuesObject, then
-// parameters as --set) render, offline, what `helm template` renders
+// $values files (valueFiles, then valuesObject, which replaces values,
+// then parameters as --set) render, offline, what `helm template` renders
 // with the same values in Flux's and Argo CD's order, release and
 // namespace.
 func TestImportHelmRendersAsHelmTemplate(t *testing.T) {
@@ -271,9 +271,11 @@ func TestImportHelmRendersAsHelmTemplate(t *testing.T) {
 			"--set", "service.port=9999", "--set", "image.tag=6.7.2")
 		sameObjects(t, got, byKindName(t, want, "podinfo"))
 		// The values file's replicaCount 3 loses to valuesObject's 4, whose
-		// image.tag 6.7.1 loses to the parameter's 6.7.2.
+		// image.tag 6.7.1 loses to the parameter's 6.7.2; values, beside
+		// valuesObject, are ignored as Argo CD ignores them: the file's
+		// ui.color stays.
 		d := mustYAML(t, got["Deployment/podinfo-argo"])
-		for _, w := range []string{"containerPort: 9999", "replicas: 4", ":6.7.2"} {
+		for _, w := range []string{"containerPort: 9999", "replicas: 4", ":6.7.2", `value: '#34577c'`} {
 			if !strings.Contains(d, w) {
 				t.Errorf("the Application's values, in Argo CD's order, do not give %q:\n%s", w, d)
 			}

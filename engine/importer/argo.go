@@ -224,14 +224,18 @@ func (a *appSources) helm(f string, h *v1alpha1.HelmSource, repo string) error {
 		h.ValuesFrom = append(h.ValuesFrom, v1alpha1.HelmValuesReference{Source: repo, Path: cleanPath(path.Join(h.Path, v))})
 	}
 	values := map[string]any{}
-	if s := o.str(hf + ".values"); s != "" {
+	if obj, _ := o.get(hf + ".valuesObject"); obj != nil {
+		// Argo CD renders with valuesObject in place of values, not
+		// merged with them.
+		mergeValues(values, o.mapAt(hf+".valuesObject"))
+		o.drop(hf+".values", "Argo CD ignores values when valuesObject is set")
+	} else if s := o.str(hf + ".values"); s != "" {
 		var m map[string]any
 		if err := yaml.Unmarshal([]byte(s), &m); err != nil {
 			return o.errorf(hf+".values", "not YAML: %v", lineError(err))
 		}
 		mergeValues(values, engine.JSONValue(m).(map[string]any))
 	}
-	mergeValues(values, o.mapAt(hf+".valuesObject"))
 	for i, e := range o.list(hf + ".parameters") {
 		m, _ := e.(map[string]any)
 		field := fmt.Sprintf("%s.parameters[%d]", hf, i)
