@@ -22,11 +22,12 @@ type Snapshot struct {
 	// Root is, for a git source whose path holds a kustomization (and
 	// whose kustomize is not false), the whole repository tree at the
 	// same commit, keyed from the repository root: kustomize builds the
-	// path in it, as Flux and Argo CD build a path of a whole checkout, so
-	// an overlay may name ../../base. It is read within the source's
-	// limits, its contents are shared with Files, and nothing but the
-	// build reads it: load(), file reads and the source's digest see
-	// Files (the revision, a commit, covers both). Nil otherwise.
+	// path in it, as Flux and Argo CD build a path of a whole checkout,
+	// so an overlay may name ../../base. It is read within the source's
+	// limits and shared with Files and the git cache (never modified).
+	// Nothing but the build reads it: load(), file reads and the source's
+	// digest see Files (the revision, a commit, covers both). Nil
+	// otherwise.
 	Root map[string][]byte
 	// Object is set for object sources.
 	Object map[string]any

@@ -387,7 +387,7 @@ func (f *Fetcher) snapshot(st storage.Storer, commit *object.Commit, t target, j
 	return &engine.Snapshot{
 		Revision: t.revision(cached.commit),
 		Files:    maps.Clone(cached.files),
-		Root:     maps.Clone(cached.root),
+		Root:     cached.root, // read only: the build's, shared with the cache
 		Time:     cached.time,
 	}, nil
 }
