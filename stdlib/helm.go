@@ -73,6 +73,10 @@ type HelmCapabilities struct {
 	// APIVersions are the API group versions ("apps/v1") and, as Helm
 	// asks a cluster, group versions with a kind ("apps/v1/Deployment").
 	APIVersions []string `json:"apiVersions,omitempty"`
+	// Unknown, when set, says why the cluster's capabilities could not be
+	// read (a remote cluster that does not answer): a render for it fails
+	// with that reason, while the targets that render no chart go on.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // HelmManifest is one rendered template, or one file of a crds/ directory.

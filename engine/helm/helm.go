@@ -272,6 +272,9 @@ func (e *shortError) Unwrap() error { return e.err }
 // capabilities are Helm's for c: the defaults of `helm template` with
 // c's kube version and API versions when set.
 func capabilities(c stdlib.HelmCapabilities) (*common.Capabilities, error) {
+	if c.Unknown != "" {
+		return nil, fmt.Errorf("the cluster's capabilities are unknown: %s", c.Unknown)
+	}
 	caps := common.DefaultCapabilities.Copy()
 	v := c.KubeVersion
 	if v == "" {

@@ -326,3 +326,17 @@ func TestHostileChart(t *testing.T) {
 		})
 	}
 }
+
+// A cluster whose capabilities could not be read (a remote cluster that
+// does not answer) fails the render with the reason, not with defaults a
+// chart would silently take for the cluster's.
+func TestUnknownCapabilities(t *testing.T) {
+	dir := filepath.Join("testdata", "values")
+	_, err := helm.Renderer{}.RenderChart(context.Background(), stdlib.HelmChart{
+		Name: "values", Files: readChart(t, dir), Release: "rel", Namespace: "ns1",
+		Capabilities: stdlib.HelmCapabilities{Unknown: `cluster "far": unreachable (retrying): no answer within 2s`},
+	})
+	if err == nil || !strings.Contains(err.Error(), `the cluster's capabilities are unknown: cluster "far": unreachable`) {
+		t.Fatalf("got %v, want the capabilities' reason", err)
+	}
+}

@@ -127,7 +127,8 @@ func (r *Reconciler) chartOptions(ctx context.Context, ms *v1alpha1.ManifestSync
 			return discovery.NewDiscoveryClient(r.sets.kinds.RESTClient()), nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("the cluster's capabilities for charts: %w", err)
+			// Only a render for this cluster fails (see HelmCapabilities.Unknown).
+			local = capabilityEntry{caps: engine.HelmCapabilities{Unknown: err.Error()}, digest: "unknown"}
 		}
 		opts.Capabilities, digest = local.caps, local.digest
 	}
@@ -152,7 +153,10 @@ func (r *Reconciler) chartOptions(ctx context.Context, ms *v1alpha1.ManifestSync
 			return discovery.NewDiscoveryClientForConfigAndClient(rc.config, rc.http)
 		})
 		if err != nil {
-			return "", fmt.Errorf("target %q: cluster %q: its capabilities for charts: %w", t.Name, t.Cluster.KubeConfigSecretRef.Name, err)
+			// An unreachable cluster fails the renders of its targets
+			// only: the other targets, and those of this cluster that
+			// render no chart, go on.
+			remote = capabilityEntry{caps: engine.HelmCapabilities{Unknown: fmt.Sprintf("cluster %q: %v", t.Cluster.KubeConfigSecretRef.Name, err)}, digest: "unknown"}
 		}
 		if opts.ClusterCapabilities == nil {
 			opts.ClusterCapabilities = map[string]engine.HelmCapabilities{}
