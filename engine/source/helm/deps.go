@@ -37,7 +37,7 @@ func (f *Fetcher) Dependencies(ctx context.Context, name string, src v1alpha1.He
 	snap, err := f.flights.Do(ctx, key, func(ctx context.Context) (*engine.Snapshot, error) {
 		files, err := f.withDependencies(ctx, c.Name(), dir.Files, ref{}, auth)
 		if err != nil {
-			return nil, err
+			return nil, f.timedOut(ctx, err)
 		}
 		return &engine.Snapshot{Revision: revision, Files: files, Time: dir.Time}, nil
 	})

@@ -226,11 +226,11 @@ func (f *Fetcher) Fetch(ctx context.Context, name string, src v1alpha1.HelmSourc
 	snap, err := f.flights.Do(ctx, key, func(ctx context.Context) (*engine.Snapshot, error) {
 		p, err := f.pull(ctx, r, auth)
 		if err != nil {
-			return nil, err
+			return nil, f.timedOut(ctx, err)
 		}
 		files, err := f.withDependencies(ctx, p.chart, p.files, r, auth)
 		if err != nil {
-			return nil, err
+			return nil, f.timedOut(ctx, err)
 		}
 		return &engine.Snapshot{Revision: p.chart + "@" + p.version + "@" + p.digest, Files: files}, nil
 	})
@@ -341,3 +341,15 @@ func (f *Fetcher) download(ctx context.Context, client *http.Client, u, host, us
 
 // files returns a copy of the map of c's files (the contents shared).
 func (c *cachedChart) copyFiles() map[string][]byte { return maps.Clone(c.files) }
+
+// timedOut is err, or, when the fetch's own deadline has passed and err is
+// a timeout, that deadline: a step's deadline (the response headers') is as
+// long as the fetch's and ends at the same moment, and whichever the
+// transport noticed first would be told; the fetch's says after how long.
+func (f *Fetcher) timedOut(ctx context.Context, err error) error {
+	dl, ok := ctx.Deadline()
+	if !errors.Is(err, ErrTimeout) || !ok || time.Now().Before(dl) {
+		return err
+	}
+	return fmt.Errorf("%w after %s", ErrTimeout, f.flights.Timeout)
+}
