@@ -476,6 +476,14 @@ func prepareExample(ctx context.Context, c client.Client, dir, applied, repos, g
 		case src.Git != nil:
 			err = publishGitSource(dir, repos, gitURL, src)
 		}
+		for _, ref := range source.RefsOf(src) {
+			if err != nil {
+				break
+			}
+			// The ConfigMaps and Secrets its substituteFrom and
+			// valuesFrom name, kept beside sync.yaml for engine eval.
+			err = createObjectSource(ctx, c, ms.Namespace, filepath.Join(dir, ref.Name+".yaml"), filepath.Join(applied, ref.Name+".yaml"))
+		}
 		if err == nil && src.Cluster != nil {
 			// The local control plane stands in for the cluster the
 			// source reads, as for remote targets.
