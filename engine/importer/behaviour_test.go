@@ -401,23 +401,22 @@ spec:
 	}
 }
 
-// With a checkout, a Kustomization path without a kustomization whose
-// subdirectory has one is reported: Flux builds that subdirectory, a git
-// source reads its files as they are.
+// A Kustomization path without a kustomization whose subdirectory has one
+// is carried over as it is, without a finding: the engine builds that
+// subdirectory, as Flux's generated kustomization names it.
 func TestNestedKustomization(t *testing.T) {
 	repo := fstest.MapFS{
 		"clusters/prod/ns.yaml":                 {Data: []byte("kind: Namespace\n")},
 		"clusters/prod/apps/kustomization.yaml": {Data: []byte("resources: [cm.yaml]\n")},
 		"clusters/prod/apps/cm.yaml":            {Data: []byte("kind: ConfigMap\n")},
-		"clusters/staging/ns.yaml":              {Data: []byte("kind: Namespace\n")},
 	}
-	ks := func(name, path string) string {
-		return "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: " + name + ", namespace: flux-system}\nspec:\n  prune: true\n  path: " + path + "\n  sourceRef: {kind: GitRepository, name: repo}\n"
+	ks := "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: prod, namespace: flux-system}\nspec:\n  prune: true\n  path: ./clusters/prod\n  sourceRef: {kind: GitRepository, name: repo}\n"
+	out, findings := mustImport(t, gitRepo+ks, Options{Repos: map[string]fs.FS{"https://example.com/r.git": repo}})
+	if strings.Contains(findings, "spec.path") {
+		t.Errorf("the path is reported:\n%s", findings)
 	}
-	_, findings := mustImport(t, gitRepo+ks("prod", "./clusters/prod")+ks("staging", "./clusters/staging"),
-		Options{Repos: map[string]fs.FS{"https://example.com/r.git": repo}})
-	containsAll(t, findings, "Kustomization flux-system/prod spec.path: clusters/prod holds no kustomization but clusters/prod/apps does")
-	if strings.Contains(findings, "flux-system/staging spec.path") {
-		t.Errorf("staging has no nested kustomization:\n%s", findings)
+	ms := out["prod"]
+	if ms == nil || ms.Spec.Sources[0].Git == nil || ms.Spec.Sources[0].Git.Path != "clusters/prod" {
+		t.Errorf("the path is not kept on the git source: %+v", ms)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"path"
 	"strings"
 
@@ -25,7 +24,7 @@ const (
 // kustomization converts a Flux Kustomization: its GitRepository becomes
 // a git source (named after it) at the Kustomization's path, built and
 // substituted as Flux builds it, and one target.
-func (in *inputs) kustomization(o *object, opts Options) (*Imported, error) {
+func (in *inputs) kustomization(o *object) (*Imported, error) {
 	ms := newSync(o.name, o.namespace)
 	im := &Imported{From: []string{o.String()}, Sync: ms}
 	kind := cmp.Or(o.str("spec.sourceRef.kind"), "GitRepository")
@@ -60,12 +59,9 @@ func (in *inputs) kustomization(o *object, opts Options) (*Imported, error) {
 		b.SubstituteFrom = append(b.SubstituteFrom, r)
 	}
 	// The path is built in the whole repository, as Flux builds it: a
-	// kustomization there may name ../base.
-	if repo := opts.Repos[g.URL]; repo != nil && !hasKustomization(repo, p) {
-		if sub := nestedKustomization(repo, p); sub != "" {
-			o.report("spec.path", fmt.Sprintf("%s holds no kustomization but %s does: Flux builds that directory, a git source reads its YAML files as they are; add a kustomization.yaml at %s naming it", cmp.Or(p, "."), sub, cmp.Or(p, ".")))
-		}
-	}
+	// kustomization there may name ../base, and without one each topmost
+	// directory below that holds one is built, as Flux's generated
+	// kustomization names them.
 	g.Path, g.Build = p, b
 	ms.Spec.Sources = []v1alpha1.Source{{Name: dnsLabel(src.name, "repo"), Git: g}}
 	in.common(o, ms, "spec.targetNamespace")
@@ -227,33 +223,4 @@ func rawValues(m map[string]any) *runtime.RawExtension {
 	}
 	raw, _ := json.Marshal(m)
 	return &runtime.RawExtension{Raw: raw}
-}
-
-// hasKustomization tells whether dir of a checkout holds a kustomization,
-// by the names kustomize looks for.
-func hasKustomization(repo fs.FS, dir string) bool {
-	for _, n := range []string{"kustomization.yaml", "kustomization.yml", "Kustomization"} {
-		if info, err := fs.Stat(repo, path.Join(cmp.Or(dir, "."), n)); err == nil && info.Mode().IsRegular() {
-			return true
-		}
-	}
-	return false
-}
-
-// nestedKustomization is the first directory under dir of a checkout that
-// holds a kustomization ("" when none does), looking at no more than
-// 10,000 entries.
-func nestedKustomization(repo fs.FS, dir string) string {
-	found, seen := "", 0
-	_ = fs.WalkDir(repo, cmp.Or(dir, "."), func(p string, d fs.DirEntry, err error) error {
-		if seen++; err != nil || seen > 10000 {
-			return fs.SkipAll
-		}
-		if d.IsDir() && p != cmp.Or(dir, ".") && hasKustomization(repo, p) {
-			found = p
-			return fs.SkipAll
-		}
-		return nil
-	})
-	return found
 }

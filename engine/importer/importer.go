@@ -138,7 +138,7 @@ func Import(objs []Object, opts Options) (*Result, error) {
 	for _, o := range in.all {
 		switch o.groupKind() {
 		case fluxKustomizeGroup + "/Kustomization":
-			add(in.kustomization(o, opts))
+			add(in.kustomization(o))
 		case fluxHelmGroup + "/HelmRelease":
 			add(in.helmRelease(o))
 		case argoGroup + "/Application":
