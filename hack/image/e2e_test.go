@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +13,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/manifestsync/manifestsync/internal/registrytest"
 )
 
 // TestImageReproduciblePushedRuns is `make image` end to end: the engine
@@ -32,7 +31,7 @@ func TestImageReproduciblePushedRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the engine for two platforms")
 	}
-	registry := registryPath(t)
+	registrytest.Path(t) // before the builds: fail at once without it
 	ctx := t.Context()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -68,7 +67,7 @@ func TestImageReproduciblePushedRuns(t *testing.T) {
 	}
 	t.Logf("index %s (version %s)", digests[0], m.Version)
 
-	addr := startRegistry(t, registry)
+	addr := registrytest.Start(t)
 	_, pushed, err := push(ctx, layouts[1], addr+"/manifestsync/engine:test")
 	if err != nil {
 		t.Fatal(err)
@@ -178,83 +177,6 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 		}
 		if err := os.Chmod(target, mode&(os.ModePerm|os.ModeSticky)); err != nil {
 			t.Fatal(err)
-		}
-	}
-}
-
-// registryPath finds Debian's docker-registry (the distribution registry).
-// Without it the test fails: `make test` installs it.
-func registryPath(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("docker-registry"); err == nil {
-		return p
-	}
-	t.Fatal("docker-registry not installed: run `make test`, which installs Debian's docker-registry, or install it yourself")
-	return ""
-}
-
-// startRegistry serves a registry with its storage in a temporary
-// directory on a free loopback port, stopped when the test ends, and
-// returns its host:port.
-func startRegistry(t *testing.T, bin string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	config := fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, filepath.Join(dir, "data"), addr)
-	configFile := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(bin, "serve", configFile)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("docker-registry exited: %v\n%s", err, log)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("docker-registry on %s not serving /v2/ after 20s:\n%s", addr, log)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/helm"
 	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -73,7 +74,7 @@ func authProxy(t *testing.T, target, user, password string) (string, *counted) {
 // archive); a range picks the newest tag; an unchanged poll is one tag
 // listing and one manifest HEAD, no blob; an exact version lists no tags.
 func TestOCIChartIsTheRepositorysChart(t *testing.T) {
-	registry := helmtest.StartRegistry(t)
+	registry := registrytest.Start(t)
 	host, count := countingProxy(t, registry)
 	archives := map[string][]byte{}
 	repo := helmtest.NewRepo(t)
@@ -176,7 +177,7 @@ func TestOCIUnauthorized(t *testing.T) {
 // .dockerconfigjson entry of its host (its auth field, as docker login
 // writes it).
 func TestOCIDockerConfigCredentials(t *testing.T) {
-	registry := helmtest.StartRegistry(t)
+	registry := registrytest.Start(t)
 	archive := helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil))
 	helmtest.Push(t, registry+"/charts/demo", "1.0.0", archive)
 	host, count := authProxy(t, registry, "robot", "pull-pw-1234")

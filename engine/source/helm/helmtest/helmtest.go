@@ -12,12 +12,8 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -266,73 +262,6 @@ func (r *Repo) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	http.NotFound(w, req)
-}
-
-// RegistryPath finds Debian's docker-registry (the distribution registry).
-// Without it the test fails: `make test` installs it (hack/test-deps.sh).
-func RegistryPath(t testing.TB) string {
-	t.Helper()
-	if p, err := exec.LookPath("docker-registry"); err == nil {
-		return p
-	}
-	t.Fatal("docker-registry not installed: run hack/test-deps.sh test, or install Debian's docker-registry")
-	return ""
-}
-
-// StartRegistry serves docker-registry with its storage in a temporary
-// directory on a free loopback port, stopped (by its process id) when the
-// test ends, and returns its host:port.
-func StartRegistry(t testing.TB) string {
-	t.Helper()
-	bin := RegistryPath(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	config := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
-		filepath.Join(dir, "data"), addr)
-	configFile := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(bin, "serve", configFile)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if res, err := http.Get("http://" + addr + "/v2/"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		select {
-		case err := <-exited:
-			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("docker-registry exited: %v\n%s", err, log)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logFile.Name())
-			t.Fatalf("docker-registry on %s not serving /v2/ after 20s:\n%s", addr, log)
-		}
-	}
 }
 
 // Push pushes the chart archive tgz to repo (HOST/PATH/CHART) at tag, as
