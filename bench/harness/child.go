@@ -114,7 +114,21 @@ func RunProcess(cmd *exec.Cmd) (Process, error) {
 // ProcStatus reads a memory field of /proc/PID/status, such as VmRSS,
 // VmHWM or RssAnon, in bytes.
 func ProcStatus(pid int, field string) (int64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return procField(pid, "status", field)
+}
+
+// ProcPss is the proportional set size of process pid, in bytes: its
+// resident pages, each shared page divided among the processes that map
+// it (/proc/PID/smaps_rollup), so that the file-backed pages of one
+// executable run as several processes count once in their sum, as the
+// memory of a pod holding them counts them.
+func ProcPss(pid int) (int64, error) {
+	return procField(pid, "smaps_rollup", "Pss")
+}
+
+// procField reads field (in kB) of /proc/PID/file.
+func procField(pid int, file, field string) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0, err
 	}
@@ -124,5 +138,5 @@ func ProcStatus(pid int, field string) (int64, error) {
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/%s", field, pid, file)
 }

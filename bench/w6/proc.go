@@ -61,6 +61,7 @@ type rssSampler struct {
 	peakKids int64 // of the descendants' sum
 	peakAnon int64 // of the sum of the tree's RssAnon
 	peakFile int64 // of the process's own RssFile
+	peakPss  int64 // of the sum of the tree's Pss
 	children bool
 }
 
@@ -88,9 +89,13 @@ func (s *rssSampler) sample() {
 	}
 	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
 	file, _ := harness.ProcStatus(s.pid, "RssFile")
+	pss, _ := harness.ProcPss(s.pid)
 	kids := descendants(s.pid)
 	var kidsSum int64
 	for _, k := range kids {
+		if n, err := harness.ProcPss(k); err == nil {
+			pss += n
+		}
 		if n, err := harness.ProcStatus(k, "VmRSS"); err == nil {
 			kidsSum += n
 		}
@@ -103,6 +108,7 @@ func (s *rssSampler) sample() {
 	s.peakKids = max(s.peakKids, kidsSum)
 	s.peakAnon = max(s.peakAnon, anon)
 	s.peakFile = max(s.peakFile, file)
+	s.peakPss = max(s.peakPss, pss)
 	s.children = s.children || len(kids) > 0
 	s.mu.Unlock()
 }
@@ -112,6 +118,7 @@ type peaks struct {
 	total, own, children int64
 	anon                 int64 // the tree's anonymous memory
 	file                 int64 // the process's own file-backed pages
+	pss                  int64 // the tree's proportional set size
 }
 
 // finish stops sampling and returns the peaks: in total the larger of the
@@ -124,5 +131,5 @@ func (s *rssSampler) finish() (peaks, error) {
 	hwm, err := harness.ProcStatus(s.pid, "VmHWM")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return peaks{total: max(s.peakTree, hwm), own: hwm, children: s.peakKids, anon: s.peakAnon, file: s.peakFile}, err
+	return peaks{total: max(s.peakTree, hwm), own: hwm, children: s.peakKids, anon: s.peakAnon, file: s.peakFile, pss: s.peakPss}, err
 }

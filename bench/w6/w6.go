@@ -114,6 +114,8 @@ type bench struct {
 	// anonymous memory (RssAnon, with the workers') and the process's
 	// file-backed pages (RssFile), MiB.
 	anon, file [4][]float64
+	// pss is the peak of the tree's proportional set size, MiB, by side.
+	pss [4][]float64
 
 	oursReady, naiveReady []float64 // seconds
 	// W8's, by side: rounds run, seconds until every copy was made,
@@ -397,6 +399,7 @@ func (b *bench) measure(ctx context.Context, cmd *exec.Cmd, logName string, read
 	}
 	b.anon[side] = append(b.anon[side], mib(p.anon))
 	b.file[side] = append(b.file[side], mib(p.file))
+	b.pss[side] = append(b.pss[side], mib(p.pss))
 	return mib(p.total), took, nil
 }
 
