@@ -420,3 +420,21 @@ func TestNestedKustomization(t *testing.T) {
 		t.Errorf("the path is not kept on the git source: %+v", ms)
 	}
 }
+
+// A ManifestSync that would write outside its own namespace without a
+// service account is reported with what a default install needs for it
+// (the write gate refuses it otherwise); one that writes into its own
+// namespace, or names a service account, is not.
+func TestTenancyReported(t *testing.T) {
+	ks := func(name, target, sa string) string {
+		return "---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: " + name + ", namespace: team}\nspec:\n  path: ./app\n  targetNamespace: " + target + "\n  serviceAccountName: '" + sa + "'\n  sourceRef: {kind: GitRepository, name: repo, namespace: flux-system}\n"
+	}
+	_, findings := mustImport(t, gitRepo+ks("own", "team", "")+ks("other", "web", "")+ks("impersonated", "web", "deployer"), Options{})
+	containsAll(t, findings, "Kustomization team/other (tenancy): the ManifestSync writes into namespace web from namespace team without a service account",
+		"until team is one of engine operator --trusted-namespaces", "manifestsync.dev/allow-from: team")
+	for _, quiet := range []string{"team/own (tenancy)", "team/impersonated (tenancy)"} {
+		if strings.Contains(findings, quiet) {
+			t.Errorf("%s is reported:\n%s", quiet, findings)
+		}
+	}
+}

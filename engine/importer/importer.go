@@ -174,6 +174,9 @@ func Import(objs []Object, opts Options) (*Result, error) {
 	if opts.Namespace != "" {
 		moveInto(res.Syncs, opts.Namespace)
 	}
+	for _, im := range res.Syncs {
+		tenancy(im)
+	}
 	byName := map[string]*Imported{}
 	for _, im := range res.Syncs {
 		key := im.Sync.Namespace + "/" + im.Sync.Name
@@ -386,4 +389,34 @@ func dropEmptyRefs(m map[string]any) {
 			}
 		}
 	}
+}
+
+// tenancy reports a ManifestSync that writes outside its own namespace of
+// this cluster without a service account: Flux's and Argo CD's controllers
+// write there with their own rights, where the operator's write gate
+// refuses it (TargetNotAllowed) until the namespace is trusted or each
+// target namespace allows it.
+func tenancy(im *Imported) {
+	ms := im.Sync
+	if ms.Spec.ServiceAccountName != "" || len(im.From) == 0 {
+		return
+	}
+	var outside []string
+	for _, t := range ms.Spec.Targets {
+		switch {
+		case t.Cluster != nil:
+		case t.NamespaceSelector != nil:
+			outside = append(outside, fmt.Sprintf("the namespaces target %q selects", t.Name))
+		case t.Namespace == "":
+			outside = append(outside, fmt.Sprintf("the objects' own namespaces (target %q)", t.Name))
+		case t.Namespace != ms.Namespace:
+			outside = append(outside, "namespace "+t.Namespace)
+		}
+	}
+	if len(outside) == 0 {
+		return
+	}
+	im.Findings = append(im.Findings, Finding{Object: im.From[0], Field: "(tenancy)", Why: fmt.Sprintf(
+		"the ManifestSync writes into %s from namespace %s without a service account: the operator refuses that (TargetNotAllowed) until %s is one of engine operator --trusted-namespaces (Helm trustedNamespaces), or each target namespace is annotated manifestsync.dev/allow-from: %s, or spec.serviceAccountName names an account allowed to (docs/migration.md)",
+		strings.Join(outside, ", "), ms.Namespace, ms.Namespace, ms.Namespace)})
 }
