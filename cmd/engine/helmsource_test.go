@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
 )
@@ -17,8 +19,12 @@ import (
 // sync file, and --source, replace the fetch and say so.
 func TestEvalHelm(t *testing.T) {
 	repo := helmtest.NewRepo(t)
+	// Charts of their own (a README naming this run): the process's one
+	// fetcher keeps what other tests fetched, by digest.
+	pkgs := map[string][]byte{}
 	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0"} {
-		repo.Add("demo", v, helmtest.Package("demo", helmtest.Chart("demo", v, nil)))
+		pkgs[v] = helmtest.Package("demo", helmtest.Chart("demo", v, map[string]string{"README.md": fmt.Sprintf("%s %d\n", t.Name(), time.Now().UnixNano())}))
+		repo.Add("demo", v, pkgs[v])
 	}
 	repo.RequireAuth("robot", "chart-pw-1234")
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
@@ -40,7 +46,7 @@ spec:
 	})
 	eval := func(args ...string) (int, string, string) { return evalJSON(sync, args...) }
 	revision := func(out string) string { t.Helper(); return inputRevision(t, out, "chart") }
-	want := "demo@1.1.0@" + helmtest.Digest(helmtest.Package("demo", helmtest.Chart("demo", "1.1.0", nil)))
+	want := "demo@1.1.0@" + helmtest.Digest(pkgs["1.1.0"])
 	for range 2 {
 		code, out, errOut := eval()
 		if code != 0 {

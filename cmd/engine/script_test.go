@@ -32,6 +32,15 @@ func (w workerM) Run() int {
 		return 1
 	}
 	workerCommand = []string{exe, "eval-worker"}
+	// The commands cache charts and repositories under the user's cache
+	// directory: the tests use one of their own, never the user's.
+	cache, err := os.MkdirTemp("", "engine-test-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(cache)
+	os.Setenv("XDG_CACHE_HOME", cache)
 	return w.m.Run()
 }
 
