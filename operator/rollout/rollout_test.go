@@ -61,13 +61,17 @@ func startOperator(e *testenv.Env) (func(), error) {
 const within = 60 * time.Second
 
 // deployment is a transform returning one Deployment of replicas; a
-// nodeSelector that no Node matches makes its pods unschedulable.
+// nodeSelector that no Node matches makes its pods unschedulable. Its
+// minReadySeconds keeps it unavailable for two seconds after kwok made its
+// pods ready (within milliseconds), so that a test sees the rollout before
+// it ends, on a fast machine too.
 func deployment(name string, replicas int, nodeSelector string) *v1alpha1.Transform {
 	doc := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: %[1]s}
 spec:
   replicas: %[2]d
+  minReadySeconds: 2
   progressDeadlineSeconds: 600
   selector: {matchLabels: {app: %[1]s}}
   template:
