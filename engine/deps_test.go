@@ -62,7 +62,7 @@ func layerOf(pkg string) int {
 		layer int
 	}{
 		{"schemas", 0}, {"lang", 0}, {"operator/api", 0},
-		{"stdlib", 1}, {"engine", 2}, {"operator", 3}, {"cmd", 4},
+		{"stdlib", 1}, {"engine", 2}, {"helm", 3}, {"operator", 3}, {"cmd", 4},
 	} {
 		if rel == l.dir || strings.HasPrefix(rel, l.dir+"/") {
 			return l.layer
@@ -72,16 +72,17 @@ func layerOf(pkg string) int {
 }
 
 // isCore reports whether pkg belongs to the offline core: lang, stdlib and
-// engine, but for the network providers, git and helm (the parts that may
-// use the network), and the chart renderer engine/helm (the Helm SDK's
-// chart and template packages import client-go; the core reaches it
-// through stdlib.HelmRenderer, which the commands wire).
+// engine, but for the git provider (the one part that may use the
+// network). Helm's chart and template packages import client-go, so the
+// chart renderer and the chart fetcher live outside the core, in helm/
+// (the core reaches them through stdlib.HelmRenderer and the resolver's
+// HelmFetcher, which the commands wire).
 func isCore(pkg string) bool {
 	rel, ok := strings.CutPrefix(pkg, module+"/")
 	if !ok {
 		return false
 	}
-	for _, outside := range []string{"engine/source/git", "engine/source/helm", "engine/helm"} {
+	for _, outside := range []string{"engine/source/git"} {
 		if rel == outside || strings.HasPrefix(rel, outside+"/") {
 			return false
 		}
@@ -183,6 +184,7 @@ func TestLayerOf(t *testing.T) {
 		module + "/operator/api/v1alpha1": 0,
 		module + "/stdlib":                1,
 		module + "/engine/source/git":     2,
+		module + "/helm/charts":           3,
 		module + "/operator/controller":   3,
 		module + "/cmd/engine":            4,
 		module + "/bench/w4":              -1,
@@ -192,7 +194,7 @@ func TestLayerOf(t *testing.T) {
 			t.Errorf("layerOf(%s) = %d, want %d", pkg, got, want)
 		}
 	}
-	if isCore(module+"/engine/source/git") || isCore(module+"/engine/source/helm") || isCore(module+"/engine/helm") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
-		t.Error("isCore: the git and helm providers and the chart renderer are outside the core, engine/source inside, operator outside")
+	if isCore(module+"/engine/source/git") || isCore(module+"/helm") || isCore(module+"/helm/charts") || !isCore(module+"/engine/source") || isCore(module+"/operator/controller") {
+		t.Error("isCore: the git provider, the chart renderer and fetcher are outside the core, engine/source inside, operator outside")
 	}
 }

@@ -54,7 +54,7 @@ type Options struct {
 	// between syncs).
 	Compact bool
 	// Helm renders the charts of helm sources and of helm.template; nil
-	// fails them. The commands give engine/helm's.
+	// fails them. The commands give helm's.
 	Helm HelmRenderer
 	// Capabilities are the cluster's, for charts; ClusterCapabilities
 	// are those of remote clusters, by ClusterID (a cluster without an

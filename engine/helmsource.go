@@ -19,7 +19,7 @@ import (
 )
 
 // HelmRenderer renders the charts of helm sources and of the Starlark
-// helm.template; engine/helm is the one made with the Helm SDK, which the
+// helm.template; helm is the one made with the Helm SDK, which the
 // core may not import (it imports client-go). The commands wire it in
 // (Options.Helm).
 type HelmRenderer = stdlib.HelmRenderer

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/helm"
+	"github.com/manifestsync/manifestsync/helm"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 )
 

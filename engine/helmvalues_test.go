@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/helm"
+	"github.com/manifestsync/manifestsync/helm"
 )
 
 // A source read only for a helm source's values files (Argo CD's

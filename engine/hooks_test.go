@@ -312,7 +312,7 @@ metadata: {name: shared, namespace: web}`)
 }
 
 // What `helm template` prints of a chart's hooks (bin/helm, Helm v3, the
-// oracle of engine/helm's goldens) plans as Argo CD maps it: pre-install
+// oracle of helm's goldens) plans as Argo CD maps it: pre-install
 // and pre-upgrade PreSync, post-install PostSync, hook-weight the wave,
 // the test hook never applied. Skipped without bin/helm.
 func TestPlanHooksOfHelmTemplate(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 // it is made with imports client-go, which the offline core may not, so
 // the core declares what it needs here and the commands (cmd/engine: eval,
 // vet, diff, the evaluation workers, the operator) hand it the real one,
-// package engine/helm. It must be safe for concurrent use.
+// package helm. It must be safe for concurrent use.
 type HelmRenderer interface {
 	// RenderChart renders c. A render that outlives ctx is abandoned with
 	// ctx's error. Its errors name the chart and the template, file and

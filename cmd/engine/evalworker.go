@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	helmrender "github.com/manifestsync/manifestsync/engine/helm"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	helmrender "github.com/manifestsync/manifestsync/helm"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
 

@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/manifestsync/manifestsync/engine"
-	helmrender "github.com/manifestsync/manifestsync/engine/helm"
+	helmrender "github.com/manifestsync/manifestsync/helm"
 )
 
 // capabilityFlags are the .Capabilities that charts render with offline

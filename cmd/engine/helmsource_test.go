@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 )
 
 // TestEvalHelm evaluates a ManifestSync whose chart is fetched from a chart

@@ -27,7 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/webhook"
@@ -289,7 +289,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := mgr.Add(gitCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	helmCache := controller.NewHelmCache(helm.Options{MaxCacheBytes: f.helmCacheMax.Value()})
+	helmCache := controller.NewHelmCache(charts.Options{MaxCacheBytes: f.helmCacheMax.Value()})
 	if err := mgr.Add(helmCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -80,7 +80,7 @@ func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, give
 	res := source.Resolver{
 		Namespace: sf.Sync.Namespace,
 		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir, git.FromSecretData)},
-		Helm:      helm.Provider{Fetcher: helmFetcher(), Credentials: secretFiles(dir, helm.FromSecretData)},
+		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: secretFiles(dir, charts.FromSecretData)},
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			return nil, fmt.Errorf("no local copy: give --source %s=FILE, or put it at %s.yaml", src.Name, filepath.Join(dir, src.Name))
 		},
@@ -172,8 +172,8 @@ func gitCacheDir() string { return userCacheDir("git") }
 // operator's cache is, 128 MiB), or in memory when there is none: a chart
 // at one version is downloaded once, and an unchanged repository costs
 // one request answered 304.
-var helmFetcher = sync.OnceValue(func() *helm.Fetcher {
-	return helm.New(helm.Options{CacheDir: userCacheDir("helm")})
+var helmFetcher = sync.OnceValue(func() *charts.Fetcher {
+	return charts.New(charts.Options{CacheDir: userCacheDir("helm")})
 })
 
 // userCacheDir is manifestsync/name under the user cache directory, or ""

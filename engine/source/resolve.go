@@ -52,7 +52,7 @@ type GitFetcher interface {
 	FetchGit(ctx context.Context, name string, src v1alpha1.GitSource) (*engine.Snapshot, error)
 }
 
-// HelmFetcher fetches a helm source (package source/helm says what its
+// HelmFetcher fetches a helm source (package helm/charts says what its
 // snapshot holds): of the chart form when dir is nil, else of the source
 // form, dir being the chart's directory in the source it names, whose
 // dependencies are added. Its errors name the source.

@@ -28,10 +28,10 @@ func Serve(r io.Reader, w io.Writer) error {
 // of an evaluation the engine may not import itself.
 type ServeOptions struct {
 	// Helm renders the charts of helm sources and helm.template, when the
-	// parent asks for them (engine/helm's Renderer); nil fails them.
+	// parent asks for them (helm's Renderer); nil fails them.
 	Helm engine.HelmRenderer
 	// Stuck, when set, reports whether work abandoned at its deadline
-	// still runs in the process (engine/helm.Stuck: a Go template cannot
+	// still runs in the process (helm.Stuck: a Go template cannot
 	// be interrupted). The worker then exits after its answer, which says
 	// so, and the parent starts a fresh one for the next evaluation.
 	Stuck func() bool

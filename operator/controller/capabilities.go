@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 
 	"github.com/manifestsync/manifestsync/engine"
-	helmrender "github.com/manifestsync/manifestsync/engine/helm"
+	helmrender "github.com/manifestsync/manifestsync/helm"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 

@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
-	helmrender "github.com/manifestsync/manifestsync/engine/helm"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	helmrender "github.com/manifestsync/manifestsync/helm"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 

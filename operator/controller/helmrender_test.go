@@ -17,7 +17,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
@@ -75,7 +75,7 @@ data:
 func TestHelmChartWithCRDsSyncsInOneReconcile(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
-	gitCache, helmCache := NewGitCache(git.Options{}), NewHelmCache(helm.Options{Timeout: 20 * time.Second})
+	gitCache, helmCache := NewGitCache(git.Options{}), NewHelmCache(charts.Options{Timeout: 20 * time.Second})
 	mctx, cancel := context.WithCancel(context.Background())
 	mgr, r, err := newOperator(mctx, &testenv.Env{Config: remoteEnv.Config, Scheme: remoteEnv.Scheme})
 	if err != nil {

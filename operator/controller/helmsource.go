@@ -8,37 +8,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // HelmProvider makes the helm provider of one reconcile from the
 // credentials of its ManifestSync (see helmCredentials). `engine operator`
 // runs the Provider of a HelmCache.
-type HelmProvider func(creds helm.Credentials) source.HelmFetcher
+type HelmProvider func(creds charts.Credentials) source.HelmFetcher
 
-// HelmCache is the operator's one helm.Fetcher: repository indexes and
-// chart archives, bounded in bytes (helm.Options.MaxCacheBytes, the
+// HelmCache is the operator's one charts.Fetcher: repository indexes and
+// chart archives, bounded in bytes (charts.Options.MaxCacheBytes, the
 // --helm-cache-max-size flag), so that a thousand ManifestSyncs of one
 // chart download it once, and an unchanged repository costs one request
 // answered 304 per poll.
 type HelmCache struct {
-	Fetcher *helm.Fetcher
+	Fetcher *charts.Fetcher
 }
 
 // NewHelmCache returns the cache opts describe; a zero opts.Wait is
 // GitWait: a fetch slower than that goes on in the background and wakes
 // its ManifestSync when it ends (wakeAfterFetch), as git fetches do.
-func NewHelmCache(opts helm.Options) *HelmCache {
+func NewHelmCache(opts charts.Options) *HelmCache {
 	if opts.Wait <= 0 {
 		opts.Wait = GitWait
 	}
-	return &HelmCache{Fetcher: helm.New(opts)}
+	return &HelmCache{Fetcher: charts.New(opts)}
 }
 
 // Provider is the HelmProvider of the cache.
-func (c *HelmCache) Provider(creds helm.Credentials) source.HelmFetcher {
-	return helm.Provider{Fetcher: c.Fetcher, Credentials: creds}
+func (c *HelmCache) Provider(creds charts.Credentials) source.HelmFetcher {
+	return charts.Provider{Fetcher: c.Fetcher, Credentials: creds}
 }
 
 // Sweeper returns the runnable that, every period, lets go of the last
@@ -62,12 +62,12 @@ func (c *HelmCache) Sweeper(reader client.Reader, period time.Duration) manager.
 // helmCredentials reads the Secret a helm source's secretRef names as
 // gitCredentials does: in ms's namespace, as ms's service account,
 // uncached.
-func (r *Reconciler) helmCredentials(ms *v1alpha1.ManifestSync) helm.Credentials {
-	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*helm.Auth, error) {
+func (r *Reconciler) helmCredentials(ms *v1alpha1.ManifestSync) charts.Credentials {
+	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*charts.Auth, error) {
 		data, err := r.secretData(ctx, ms, ref)
 		if err != nil {
 			return nil, err
 		}
-		return helm.FromSecretData(data), nil
+		return charts.FromSecretData(data), nil
 	}
 }

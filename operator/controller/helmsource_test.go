@@ -10,8 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/manifestsync/manifestsync/engine/source/helm"
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -28,7 +28,7 @@ func TestHelmProvider(t *testing.T) {
 
 	ns := env.Namespace(t, nil)
 	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
-	h := NewHelmCache(helm.Options{}).Provider(reconciler.helmCredentials(ms))
+	h := NewHelmCache(charts.Options{}).Provider(reconciler.helmCredentials(ms))
 	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true, SecretRef: &v1alpha1.LocalObjectReference{Name: "charts"}}
 
 	_, err := h.FetchHelm(ctx, "chart", src, nil)
@@ -43,7 +43,7 @@ func TestHelmProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = h.FetchHelm(ctx, "chart", src, nil)
-	if !errors.Is(err, helm.ErrUnauthorized) || strings.Contains(err.Error(), "pw-") || !strings.Contains(err.Error(), repo.URL) {
+	if !errors.Is(err, charts.ErrUnauthorized) || strings.Contains(err.Error(), "pw-") || !strings.Contains(err.Error(), repo.URL) {
 		t.Fatalf("wrong password: %v", err)
 	}
 	secret.Data["password"] = []byte("chart-pw-1234")

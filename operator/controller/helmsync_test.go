@@ -14,8 +14,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/manifestsync/manifestsync/engine/source/helm"
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
@@ -51,15 +51,15 @@ func TestHelmSourceSyncs(t *testing.T) {
 	}
 
 	// Unchanged polls: answers 304, no chart.
-	bodies, charts, polls := repo.IndexBodies.Load(), repo.Charts.Load(), repo.NotModified.Load()
+	bodies, fetched, polls := repo.IndexBodies.Load(), repo.Charts.Load(), repo.NotModified.Load()
 	testenv.Eventually(t, time.Minute, func() error {
 		if repo.NotModified.Load() < polls+3 {
 			return errors.New("fewer than 3 polls")
 		}
 		return nil
 	})
-	if repo.IndexBodies.Load() != bodies || repo.Charts.Load() != charts {
-		t.Fatalf("unchanged polls downloaded %d index bodies and %d charts", repo.IndexBodies.Load()-bodies, repo.Charts.Load()-charts)
+	if repo.IndexBodies.Load() != bodies || repo.Charts.Load() != fetched {
+		t.Fatalf("unchanged polls downloaded %d index bodies and %d charts", repo.IndexBodies.Load()-bodies, repo.Charts.Load()-fetched)
 	}
 	if n := counterValue(helmFetchesTotal.WithLabelValues(ns, "web", "chart", "success")); n < 4 {
 		t.Errorf("manifestsync_helm_fetches_total{result=success} is %v after 4 polls", n)
@@ -91,7 +91,7 @@ func TestHelmSourceSyncs(t *testing.T) {
 func TestHelmBystanderIsolation(t *testing.T) {
 	env.Need(t)
 	const fetchTimeout = 10 * time.Second
-	cache := NewHelmCache(helm.Options{Timeout: fetchTimeout})
+	cache := NewHelmCache(charts.Options{Timeout: fetchTimeout})
 	ownOperator(t, func(r *Reconciler, mgr ctrl.Manager) error {
 		r.Helm = cache.Provider
 		return nil
@@ -151,7 +151,7 @@ func TestHelmBystanderIsolation(t *testing.T) {
 // second). It returns the cache.
 func helmOperator(t *testing.T) *HelmCache {
 	t.Helper()
-	cache := NewHelmCache(helm.Options{Timeout: 20 * time.Second})
+	cache := NewHelmCache(charts.Options{Timeout: 20 * time.Second})
 	ownOperator(t, func(r *Reconciler, mgr ctrl.Manager) error {
 		r.Helm = cache.Provider
 		return mgr.Add(cache.Sweeper(mgr.GetClient(), time.Second))

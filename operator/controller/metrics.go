@@ -12,7 +12,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/health"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -215,11 +215,11 @@ func fetchResult(err error) string {
 func helmFetchResult(err error) string {
 	return resultOf(err, []reason{
 		{source.ErrPending, "pending"},
-		{helm.ErrUnauthorized, "unauthorized"},
-		{helm.ErrNotFound, "not_found"},
-		{helm.ErrUnreachable, "unreachable"},
-		{helm.ErrLimit, "limit"},
-		{helm.ErrTimeout, "timeout"},
+		{charts.ErrUnauthorized, "unauthorized"},
+		{charts.ErrNotFound, "not_found"},
+		{charts.ErrUnreachable, "unreachable"},
+		{charts.ErrLimit, "limit"},
+		{charts.ErrTimeout, "timeout"},
 		{context.DeadlineExceeded, "timeout"},
 	})
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
+	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
@@ -163,11 +163,11 @@ func TestFetchResult(t *testing.T) {
 		want string
 	}{
 		{nil, "success"},
-		{fmt.Errorf("source %q: helm chart x: index.yaml: %w: the server answered 401 Unauthorized", "chart", helm.ErrUnauthorized), "unauthorized"},
-		{fmt.Errorf("source: %w: no version matches", helm.ErrNotFound), "not_found"},
-		{fmt.Errorf("source: %w: connection refused", helm.ErrUnreachable), "unreachable"},
-		{fmt.Errorf("source: %w: index.yaml larger than 16 bytes", helm.ErrLimit), "limit"},
-		{fmt.Errorf("source: %w: timeout awaiting response headers", helm.ErrTimeout), "timeout"},
+		{fmt.Errorf("source %q: helm chart x: index.yaml: %w: the server answered 401 Unauthorized", "chart", charts.ErrUnauthorized), "unauthorized"},
+		{fmt.Errorf("source: %w: no version matches", charts.ErrNotFound), "not_found"},
+		{fmt.Errorf("source: %w: connection refused", charts.ErrUnreachable), "unreachable"},
+		{fmt.Errorf("source: %w: index.yaml larger than 16 bytes", charts.ErrLimit), "limit"},
+		{fmt.Errorf("source: %w: timeout awaiting response headers", charts.ErrTimeout), "timeout"},
 		{fmt.Errorf("source: timed out after 1m0s: %w", context.DeadlineExceeded), "timeout"},
 		{fmt.Errorf("source %q: helm x: %w", "chart", &source.PendingError{Done: make(chan struct{})}), "pending"},
 		{errors.New("not a valid chart"), "error"},

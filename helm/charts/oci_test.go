@@ -1,4 +1,4 @@
-package helm_test
+package charts_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/manifestsync/manifestsync/engine/source/helm"
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -84,13 +84,13 @@ func TestOCIChartIsTheRepositorysChart(t *testing.T) {
 		repo.Add("demo", v, archives[v])
 	}
 	ctx := context.Background()
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	fromRepo, err := f.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	count.reset()
-	o := helm.New(helm.Options{}) // a cache of its own: the layer is downloaded
+	o := charts.New(charts.Options{}) // a cache of its own: the layer is downloaded
 	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: "oci://" + host + "/charts", Insecure: true}
 	fromOCI, err := o.Fetch(ctx, "app", src, nil)
 	if err != nil {
@@ -143,7 +143,7 @@ func TestOCIChartIsTheRepositorysChart(t *testing.T) {
 
 	// A chart the registry does not have names the repository and chart.
 	_, err = o.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: "nothere", Repository: "oci://" + host + "/charts", Insecure: true}, nil)
-	if !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), "oci://"+host+"/charts") || !strings.Contains(err.Error(), "nothere") {
+	if !errors.Is(err, charts.ErrNotFound) || !strings.Contains(err.Error(), "oci://"+host+"/charts") || !strings.Contains(err.Error(), "nothere") {
 		t.Fatalf("missing chart: %v", err)
 	}
 	t.Logf("missing chart: %v", err)
@@ -160,14 +160,14 @@ func TestOCIUnauthorized(t *testing.T) {
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	dockerConfig := `{"auths":{"` + host + `":{"username":"robot","password":"hunter2-secret"}}}`
-	p := helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
-		return helm.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(dockerConfig)}), nil
+	p := charts.Provider{Fetcher: charts.New(charts.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*charts.Auth, error) {
+		return charts.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(dockerConfig)}), nil
 	}}
 	_, err := p.FetchHelm(context.Background(), "app", v1alpha1.HelmSource{
 		Chart: "demo", Version: "1.0.0", Repository: "oci://" + host + "/charts", Insecure: true,
 		SecretRef: &v1alpha1.LocalObjectReference{Name: "pull"},
 	}, nil)
-	if !errors.Is(err, helm.ErrUnauthorized) || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "oci://"+host+"/charts") {
+	if !errors.Is(err, charts.ErrUnauthorized) || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "oci://"+host+"/charts") {
 		t.Fatalf("got %v", err)
 	}
 	t.Logf("%v", err)
@@ -182,8 +182,8 @@ func TestOCIDockerConfigCredentials(t *testing.T) {
 	helmtest.Push(t, registry+"/charts/demo", "1.0.0", archive)
 	host, count := authProxy(t, registry, "robot", "pull-pw-1234")
 	auth := base64.StdEncoding.EncodeToString([]byte("robot:pull-pw-1234"))
-	p := helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
-		return helm.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(`{"auths":{"other.example.com":{"auth":"eDp5"},"` + host + `":{"auth":"` + auth + `"}}}`)}), nil
+	p := charts.Provider{Fetcher: charts.New(charts.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*charts.Auth, error) {
+		return charts.FromSecretData(map[string][]byte{".dockerconfigjson": []byte(`{"auths":{"other.example.com":{"auth":"eDp5"},"` + host + `":{"auth":"` + auth + `"}}}`)}), nil
 	}}
 	snap, err := p.FetchHelm(context.Background(), "app", v1alpha1.HelmSource{
 		Chart: "demo", Version: "^1", Repository: "oci://" + host + "/charts", Insecure: true,

@@ -1,4 +1,4 @@
-// Package helm fetches the charts of helm sources: from a Helm chart
+// Package charts fetches the charts of helm sources: from a Helm chart
 // repository over https (or http with insecure), from an OCI registry
 // (oci://), and the dependencies of a chart found in another source.
 //
@@ -71,6 +71,8 @@
 // background and the caller gets the source's last snapshot (Pending
 // set) or an error wrapping a *source.PendingError, naming the source.
 //
-// Like every provider that touches a network, it lives outside the
-// offline core.
-package helm
+// It touches the network and links Helm's chart packages, which import
+// client-go: it lives outside the offline core (engine/deps_test.go), in
+// helm/, beside the renderer; the resolver reaches it through
+// source.HelmFetcher. It must not import controller-runtime.
+package charts

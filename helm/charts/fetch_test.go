@@ -1,4 +1,4 @@
-package helm_test
+package charts_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -51,7 +51,7 @@ func TestRepositoryUnchangedPollsDownloadNothing(t *testing.T) {
 		repo.Add("demo", v, helmtest.Package("demo", helmtest.Chart("demo", v, nil)))
 	}
 	want := helmtest.Package("demo", helmtest.Chart("demo", "1.1.0", nil))
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}
 	ctx := context.Background()
 	snap, err := f.Fetch(ctx, "app", src, nil)
@@ -124,7 +124,7 @@ func TestDiskCacheServesTheNextProcess(t *testing.T) {
 	dir := t.TempDir()
 	demo := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
 	plain := v1alpha1.HelmSource{Chart: "plain", Repository: repo.URL, Insecure: true}
-	poll := func(f *helm.Fetcher, src v1alpha1.HelmSource) string {
+	poll := func(f *charts.Fetcher, src v1alpha1.HelmSource) string {
 		t.Helper()
 		snap, err := f.Fetch(context.Background(), "app", src, nil)
 		if err != nil {
@@ -132,12 +132,12 @@ func TestDiskCacheServesTheNextProcess(t *testing.T) {
 		}
 		return snap.Revision
 	}
-	one := helm.New(helm.Options{CacheDir: dir})
+	one := charts.New(charts.Options{CacheDir: dir})
 	first := []string{poll(one, demo), poll(one, plain), poll(one, demo), poll(one, plain)}
 	if c := repo.Charts.Load(); c != 2 || first[0] != first[2] || first[1] != first[3] {
 		t.Fatalf("one process, two polls of two charts: %d archives downloaded (want 2), revisions %v", c, first)
 	}
-	two := helm.New(helm.Options{CacheDir: dir})
+	two := charts.New(charts.Options{CacheDir: dir})
 	if poll(two, demo) != first[0] || poll(two, plain) != first[1] {
 		t.Fatal("the next process got other revisions")
 	}
@@ -152,20 +152,20 @@ func TestRepositoryCredentials(t *testing.T) {
 	repo := helmtest.NewRepo(t)
 	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
 	repo.RequireAuth("robot", "right-password-123")
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true, SecretRef: &v1alpha1.LocalObjectReference{Name: "creds"}}
-	creds := func(secret map[string][]byte) helm.Credentials {
-		return func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
-			return helm.FromSecretData(secret), nil
+	creds := func(secret map[string][]byte) charts.Credentials {
+		return func(context.Context, v1alpha1.LocalObjectReference) (*charts.Auth, error) {
+			return charts.FromSecretData(secret), nil
 		}
 	}
-	p := helm.Provider{Fetcher: f, Credentials: creds(map[string][]byte{"username": []byte("robot"), "password": []byte("right-password-123")})}
+	p := charts.Provider{Fetcher: f, Credentials: creds(map[string][]byte{"username": []byte("robot"), "password": []byte("right-password-123")})}
 	if _, err := p.FetchHelm(context.Background(), "app", src, nil); err != nil {
 		t.Fatal(err)
 	}
 	p.Credentials = creds(map[string][]byte{"username": []byte("robot"), "password": []byte("wrong-password-456")})
 	_, err := p.FetchHelm(context.Background(), "app", src, nil)
-	if !errors.Is(err, helm.ErrUnauthorized) {
+	if !errors.Is(err, charts.ErrUnauthorized) {
 		t.Fatalf("wrong password: %v, want unauthorized", err)
 	}
 	msg := err.Error()
@@ -189,9 +189,9 @@ func TestRepositoryCredentials(t *testing.T) {
 // source, chart and repository, and nothing more.
 func TestRepositoryRefusals(t *testing.T) {
 	ctx := context.Background()
-	fetch := func(t *testing.T, opts helm.Options, repo *helmtest.Repo, chart, version string) error {
+	fetch := func(t *testing.T, opts charts.Options, repo *helmtest.Repo, chart, version string) error {
 		t.Helper()
-		_, err := helm.New(opts).Fetch(ctx, "app", v1alpha1.HelmSource{Chart: chart, Version: version, Repository: repo.URL, Insecure: true}, nil)
+		_, err := charts.New(opts).Fetch(ctx, "app", v1alpha1.HelmSource{Chart: chart, Version: version, Repository: repo.URL, Insecure: true}, nil)
 		if err == nil {
 			t.Fatal("fetched")
 		}
@@ -209,25 +209,25 @@ func TestRepositoryRefusals(t *testing.T) {
 		return repo
 	}
 	t.Run("escape", func(t *testing.T) {
-		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/../../etc/cron.d/x", Data: "x"}), "evil", "")
+		err := fetch(t, charts.Options{}, archive(helmtest.Entry{Name: "evil/../../etc/cron.d/x", Data: "x"}), "evil", "")
 		if !strings.Contains(err.Error(), "leaves the chart directory") {
 			t.Fatal(err)
 		}
 	})
 	t.Run("symlink", func(t *testing.T) {
-		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/templates/x.yaml", Type: '2', Link: "/etc/passwd"}), "evil", "")
+		err := fetch(t, charts.Options{}, archive(helmtest.Entry{Name: "evil/templates/x.yaml", Type: '2', Link: "/etc/passwd"}), "evil", "")
 		if !strings.Contains(err.Error(), "a link, refused") {
 			t.Fatal(err)
 		}
 	})
 	t.Run("device", func(t *testing.T) {
-		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "evil/templates/zero", Type: '3'}), "evil", "")
+		err := fetch(t, charts.Options{}, archive(helmtest.Entry{Name: "evil/templates/zero", Type: '3'}), "evil", "")
 		if !strings.Contains(err.Error(), "not a regular file") {
 			t.Fatal(err)
 		}
 	})
 	t.Run("another directory", func(t *testing.T) {
-		err := fetch(t, helm.Options{}, archive(helmtest.Entry{Name: "other/x.yaml", Data: "x"}), "evil", "")
+		err := fetch(t, charts.Options{}, archive(helmtest.Entry{Name: "other/x.yaml", Data: "x"}), "evil", "")
 		if !strings.Contains(err.Error(), "outside the chart directory") {
 			t.Fatal(err)
 		}
@@ -235,21 +235,21 @@ func TestRepositoryRefusals(t *testing.T) {
 	t.Run("not a chart", func(t *testing.T) {
 		repo := helmtest.NewRepo(t)
 		repo.Add("evil", "1.0.0", helmtest.Archive([]helmtest.Entry{{Name: "evil/values.yaml", Data: "a: 1\n"}}))
-		if err := fetch(t, helm.Options{}, repo, "evil", ""); !strings.Contains(err.Error(), "not a valid chart") {
+		if err := fetch(t, charts.Options{}, repo, "evil", ""); !strings.Contains(err.Error(), "not a valid chart") {
 			t.Fatal(err)
 		}
 	})
 	t.Run("archive over the limit", func(t *testing.T) {
 		repo := helmtest.NewRepo(t)
 		repo.Add("big", "1.0.0", helmtest.Package("big", helmtest.Chart("big", "1.0.0", map[string]string{"x.txt": randomText(64 << 10)})))
-		if err := fetch(t, helm.Options{MaxChartBytes: 16 << 10}, repo, "big", ""); !errors.Is(err, helm.ErrLimit) {
+		if err := fetch(t, charts.Options{MaxChartBytes: 16 << 10}, repo, "big", ""); !errors.Is(err, charts.ErrLimit) {
 			t.Fatal(err)
 		}
 	})
 	t.Run("unpacked over the limit", func(t *testing.T) {
 		repo := helmtest.NewRepo(t) // 8 MiB of zeros: a few kB packed
 		repo.Add("bomb", "1.0.0", helmtest.Package("bomb", helmtest.Chart("bomb", "1.0.0", map[string]string{"zeros": strings.Repeat("\x00", 8<<20)})))
-		if err := fetch(t, helm.Options{Limits: source.Limits{MaxBytes: 1 << 20}}, repo, "bomb", ""); !errors.Is(err, helm.ErrLimit) {
+		if err := fetch(t, charts.Options{Limits: source.Limits{MaxBytes: 1 << 20}}, repo, "bomb", ""); !errors.Is(err, charts.ErrLimit) {
 			t.Fatal(err)
 		}
 	})
@@ -260,7 +260,7 @@ func TestRepositoryRefusals(t *testing.T) {
 		}
 		repo := helmtest.NewRepo(t)
 		repo.Add("many", "1.0.0", helmtest.Package("many", helmtest.Chart("many", "1.0.0", extra)))
-		if err := fetch(t, helm.Options{Limits: source.Limits{MaxFiles: 20}}, repo, "many", ""); !errors.Is(err, helm.ErrLimit) {
+		if err := fetch(t, charts.Options{Limits: source.Limits{MaxFiles: 20}}, repo, "many", ""); !errors.Is(err, charts.ErrLimit) {
 			t.Fatal(err)
 		}
 	})
@@ -271,7 +271,7 @@ func TestRepositoryRefusals(t *testing.T) {
 		}
 		repo := helmtest.NewRepo(t)
 		repo.Add("a", "1.0.0", inner)
-		if err := fetch(t, helm.Options{MaxDepth: 1}, repo, "a", ""); !errors.Is(err, helm.ErrLimit) || !strings.Contains(err.Error(), "nested") {
+		if err := fetch(t, charts.Options{MaxDepth: 1}, repo, "a", ""); !errors.Is(err, charts.ErrLimit) || !strings.Contains(err.Error(), "nested") {
 			t.Fatal(err)
 		}
 	})
@@ -280,24 +280,24 @@ func TestRepositoryRefusals(t *testing.T) {
 		for i := range 200 {
 			repo.Add("demo", fmt.Sprintf("1.0.%d", i), []byte("x"))
 		}
-		if err := fetch(t, helm.Options{MaxIndexBytes: 4 << 10}, repo, "demo", ""); !errors.Is(err, helm.ErrLimit) {
+		if err := fetch(t, charts.Options{MaxIndexBytes: 4 << 10}, repo, "demo", ""); !errors.Is(err, charts.ErrLimit) {
 			t.Fatal(err)
 		}
 	})
 	t.Run("no such chart", func(t *testing.T) {
 		repo := helmtest.NewRepo(t)
 		repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
-		if err := fetch(t, helm.Options{}, repo, "nothere", ""); !errors.Is(err, helm.ErrNotFound) {
+		if err := fetch(t, charts.Options{}, repo, "nothere", ""); !errors.Is(err, charts.ErrNotFound) {
 			t.Fatal(err)
 		}
-		if err := fetch(t, helm.Options{}, repo, "demo", "^3"); !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), `"^3"`) {
+		if err := fetch(t, charts.Options{}, repo, "demo", "^3"); !errors.Is(err, charts.ErrNotFound) || !strings.Contains(err.Error(), `"^3"`) {
 			t.Fatal(err)
 		}
 	})
 	t.Run("not a repository", func(t *testing.T) {
 		repo := helmtest.NewRepo(t)
 		repo.Serve(http.NotFoundHandler())
-		if err := fetch(t, helm.Options{}, repo, "demo", ""); !errors.Is(err, helm.ErrNotFound) || !strings.Contains(err.Error(), "index.yaml") {
+		if err := fetch(t, charts.Options{}, repo, "demo", ""); !errors.Is(err, charts.ErrNotFound) || !strings.Contains(err.Error(), "index.yaml") {
 			t.Fatal(err)
 		}
 	})
@@ -305,14 +305,14 @@ func TestRepositoryRefusals(t *testing.T) {
 		repo := helmtest.NewRepo(t)
 		repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
 		repo.Tamper("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", map[string]string{"values.yaml": "greeting: evil\n"})))
-		if err := fetch(t, helm.Options{}, repo, "demo", ""); !strings.Contains(err.Error(), "digest") {
+		if err := fetch(t, charts.Options{}, repo, "demo", ""); !strings.Contains(err.Error(), "digest") {
 			t.Fatal(err)
 		}
 	})
 	t.Run("never answers", func(t *testing.T) {
 		repo := hangingRepo(t)
 		start := time.Now()
-		err := fetch(t, helm.Options{Timeout: time.Second}, repo, "demo", "")
+		err := fetch(t, charts.Options{Timeout: time.Second}, repo, "demo", "")
 		if took := time.Since(start); !strings.HasSuffix(err.Error(), ": timed out after 1s") || took > 30*time.Second {
 			t.Fatalf("after %s: %v", took, err)
 		}
@@ -324,7 +324,7 @@ func TestRepositoryRefusals(t *testing.T) {
 // its Timeout), and the next caller gets the fetch's result.
 func TestSlowRepositoryDoesNotHoldTheCaller(t *testing.T) {
 	repo := hangingRepo(t)
-	f := helm.New(helm.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
+	f := charts.New(charts.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
 	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
 	start := time.Now()
 	_, err := f.Fetch(context.Background(), "app", src, nil)
@@ -380,7 +380,7 @@ func randomText(n int) string {
 func TestKeepLetsGoOfLastSnapshots(t *testing.T) {
 	repo := helmtest.NewRepo(t)
 	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
-	f := helm.New(helm.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
+	f := charts.New(charts.Options{Wait: 100 * time.Millisecond, Timeout: 2 * time.Second})
 	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, Insecure: true}
 	if _, err := f.Fetch(context.Background(), "app", src, nil); err != nil {
 		t.Fatal(err)
@@ -406,7 +406,7 @@ func TestKeepLetsGoOfLastSnapshots(t *testing.T) {
 func TestThousandSourcesDownloadOnce(t *testing.T) {
 	repo := helmtest.NewRepo(t)
 	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	src := v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL, Insecure: true}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -440,7 +440,7 @@ func TestThousandSourcesDownloadOnce(t *testing.T) {
 // http without insecure, holds credentials (whose password the error does
 // not show), or is of another scheme.
 func TestRepositoryURLsRefused(t *testing.T) {
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	for _, c := range []struct{ repo, want string }{
 		{"http://charts.example.com", "plain http needs insecure: true"},
 		{"https://robot:url-pw-1234@charts.example.com", "credentials in the URL are refused; use secretRef"},
@@ -459,9 +459,9 @@ func TestRepositoryPrivateCA(t *testing.T) {
 	repo, ca := helmtest.NewTLSRepo(t)
 	repo.Add("demo", "1.0.0", helmtest.Package("demo", helmtest.Chart("demo", "1.0.0", nil)))
 	src := v1alpha1.HelmSource{Chart: "demo", Repository: repo.URL, SecretRef: &v1alpha1.LocalObjectReference{Name: "tls"}}
-	provider := func(data map[string][]byte) helm.Provider {
-		return helm.Provider{Fetcher: helm.New(helm.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*helm.Auth, error) {
-			return helm.FromSecretData(data), nil
+	provider := func(data map[string][]byte) charts.Provider {
+		return charts.Provider{Fetcher: charts.New(charts.Options{}), Credentials: func(context.Context, v1alpha1.LocalObjectReference) (*charts.Auth, error) {
+			return charts.FromSecretData(data), nil
 		}}
 	}
 	if _, err := provider(nil).FetchHelm(context.Background(), "app", src, nil); err == nil || !strings.Contains(err.Error(), "certificate") {

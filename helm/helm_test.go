@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/manifestsync/manifestsync/engine/helm"
+	"github.com/manifestsync/manifestsync/helm"
 	"github.com/manifestsync/manifestsync/stdlib"
 )
 

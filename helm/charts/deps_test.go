@@ -1,4 +1,4 @@
-package helm_test
+package charts_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/source/helm"
-	"github.com/manifestsync/manifestsync/engine/source/helm/helmtest"
+	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -37,7 +37,7 @@ func TestDependenciesFromTheLock(t *testing.T) {
 	})))
 	repo.Add("unlocked", "1.0.0", helmtest.Package("unlocked", parentChart("unlocked", repo.URL, false, nil)))
 	ctx := context.Background()
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	fetch := func(chart string) (*engine.Snapshot, error) {
 		return f.Fetch(ctx, "app", v1alpha1.HelmSource{Chart: chart, Repository: repo.URL, Insecure: true}, nil)
 	}
@@ -75,7 +75,7 @@ func TestDependenciesOfAChartInASource(t *testing.T) {
 	repo := helmtest.NewRepo(t)
 	sub := helmtest.Package("sub", helmtest.Chart("sub", "1.0.0", nil))
 	repo.Add("sub", "1.0.0", sub)
-	f := helm.New(helm.Options{})
+	f := charts.New(charts.Options{})
 	src := v1alpha1.HelmSource{Source: "repo", Path: "charts/app"}
 	dir := &engine.Snapshot{Revision: "main@sha1:abc", Files: files(parentChart("app", repo.URL, true, nil))}
 	snap, err := f.Dependencies(context.Background(), "app", src, dir, nil)
@@ -111,9 +111,9 @@ func TestDependencyCountLimit(t *testing.T) {
 	chart["Chart.yaml"] += "dependencies:\n- {name: a, version: 1.0.0, repository: " + repo.URL + "}\n- {name: b, version: 1.0.0, repository: " + repo.URL + "}\n"
 	chart["Chart.lock"] = "dependencies:\n- {name: a, version: 1.0.0, repository: " + repo.URL + "}\n- {name: b, version: 1.0.0, repository: " + repo.URL + "}\n"
 	repo.Add("many", "1.0.0", helmtest.Package("many", chart))
-	f := helm.New(helm.Options{MaxDependencies: 1})
+	f := charts.New(charts.Options{MaxDependencies: 1})
 	_, err := f.Fetch(context.Background(), "app", v1alpha1.HelmSource{Chart: "many", Repository: repo.URL, Insecure: true}, nil)
-	if !errors.Is(err, helm.ErrLimit) || !strings.Contains(err.Error(), "2 dependencies to fetch, more than 1") {
+	if !errors.Is(err, charts.ErrLimit) || !strings.Contains(err.Error(), "2 dependencies to fetch, more than 1") {
 		t.Fatalf("got %v", err)
 	}
 	if c := repo.Charts.Load(); c != 1 {
