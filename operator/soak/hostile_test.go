@@ -113,16 +113,25 @@ func (r *run) restrictOperator(ctx context.Context, admin []byte) ([]byte, error
 			return nil, fmt.Errorf("creating the operator's RBAC: %w", err)
 		}
 	}
+	// The API server's authorizer learns of the binding from its own
+	// watch: it is asked again until it has, for at most 10 s.
+	deadline := time.Now().Add(10 * time.Second)
 	for resource, want := range map[string]bool{"configmaps": true, "secrets": true, forbiddenKind: false} {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: operatorUser, Groups: []string{operatorGroup, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: resource},
-		}}
-		if err := r.client.Create(ctx, sar); err != nil {
-			return nil, err
-		}
-		if sar.Status.Allowed != want {
-			return nil, fmt.Errorf("the soak's operator may list %s: %v, want %v (%s)", resource, sar.Status.Allowed, want, sar.Status.Reason)
+		for {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: operatorUser, Groups: []string{operatorGroup, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: resource},
+			}}
+			if err := r.client.Create(ctx, sar); err != nil {
+				return nil, err
+			}
+			if sar.Status.Allowed == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("the soak's operator may list %s: %v, want %v (%s), 10 s after its RBAC was made", resource, sar.Status.Allowed, want, sar.Status.Reason)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	cfg, err := clientcmd.Load(admin)

@@ -125,6 +125,14 @@ func (c *SecretCache) Get(ctx context.Context, key client.ObjectKey, obj client.
 	c.mu.Unlock()
 	if !ok || t.resourceVersion != meta.ResourceVersion {
 		v, err, _ := c.reads.Do(key.String()+"@"+meta.ResourceVersion, func() (any, error) {
+			// A read that ended between the look above and this one
+			// kept what it read: no second read.
+			c.mu.Lock()
+			t, ok := c.tokens[key]
+			c.mu.Unlock()
+			if ok && t.resourceVersion == meta.ResourceVersion {
+				return t, nil
+			}
 			// Calls that wait share the read: the first one's end must
 			// not end it.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
