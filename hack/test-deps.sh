@@ -9,7 +9,9 @@
 #     loopback port with a throwaway host key;
 #   - docker-registry: the distribution registry the image test (hack/image)
 #     pushes to and pulls from on 127.0.0.1;
-#   - ca-certificates: the CA bundle `make image` puts in the image.
+#   - ca-certificates: the CA bundle `make image` puts in the image;
+#   - chromium: the headless browser the web UI's acceptance tests (ui/e2e)
+#     drive through the DevTools protocol.
 # Those of `make demo` (demo) are only etcd-server and git: the demo serves
 # the examples' Git sources with git daemon. --list prints the set's
 # packages, one a line, and installs nothing.
@@ -34,7 +36,7 @@ for arg in "$@"; do
 done
 
 case "$for_what" in
-test) packages=(etcd-server git openssh-server docker-registry ca-certificates) ;;
+test) packages=(etcd-server git openssh-server docker-registry ca-certificates chromium) ;;
 demo) packages=(etcd-server git) ;;
 esac
 if $list; then
@@ -50,6 +52,7 @@ present() {
   openssh-server) [ -x /usr/sbin/sshd ] ;;
   docker-registry) command -v docker-registry >/dev/null 2>&1 ;;
   ca-certificates) [ -s /etc/ssl/certs/ca-certificates.crt ] ;;
+  chromium) command -v chromium >/dev/null 2>&1 ;;
   esac
 }
 
