@@ -5,26 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"reflect"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/pmezard/go-difflib/difflib"
 	"github.com/spf13/cobra"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/internal/objdiff"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
@@ -206,23 +200,8 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	if err != nil {
 		return usageErr("diff: %s: %w", cfg.Host, res.Redactor.Error(err))
 	}
-	redactDiffs(diffs, res.Redactor)
+	objdiff.RedactDiffs(diffs, res.Redactor)
 	return report(stdout, stderr, diffs)
-}
-
-// redactDiffs masks the evaluation's Secret values in the errors of diffs
-// and in the objects other than Secrets (whose values maskSecret hides,
-// telling changed ones from unchanged).
-func redactDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) {
-	for i := range diffs {
-		d := &diffs[i]
-		d.Err = red.Error(d.Err)
-		for _, o := range []*unstructured.Unstructured{d.Live, d.Desired} {
-			if o != nil && !redact.IsSecret(o.Object) {
-				o.Object = red.Object(o.Object)
-			}
-		}
-	}
 }
 
 // evaluateForDiff evaluates the ManifestSync as eval does, but with the
@@ -325,139 +304,5 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 // Secret data masked.
 func writeDiff(w io.Writer, d controller.ObjectDiff) error {
 	name := d.Target + "/" + d.Describe()
-	return writeObjectDiff(w, "live/"+name, "desired/"+name, d.Live, d.Desired, nil)
-}
-
-// writeObjectDiff writes the unified diff of two versions of one object,
-// YAML against YAML, from and to naming them; nil is a side where the
-// object is not (all added, all removed). Secret values are masked as
-// maskSecret masks them, telling changed values from unchanged, and every
-// value red knows (nil: none) is masked wherever else it is.
-func writeObjectDiff(w io.Writer, from, to string, before, after *unstructured.Unstructured, red *redact.Redactor) error {
-	before, after = maskSecret(before, after)
-	a, err := toYAML(redactMasked(before, red))
-	if err != nil {
-		return err
-	}
-	b, err := toYAML(redactMasked(after, red))
-	if err != nil {
-		return err
-	}
-	return difflib.WriteUnifiedDiff(w, difflib.UnifiedDiff{
-		A:        lines(a),
-		B:        lines(b),
-		FromFile: from,
-		ToFile:   to,
-		Context:  3,
-	})
-}
-
-// redactMasked is obj, masked by maskSecret, with the values red knows
-// masked too; the masks of a Secret's data and stringData stay as they
-// are.
-func redactMasked(obj *unstructured.Unstructured, red *redact.Redactor) *unstructured.Unstructured {
-	if obj == nil || red == nil {
-		return obj
-	}
-	if !redact.IsSecret(obj.Object) {
-		return &unstructured.Unstructured{Object: red.Object(obj.Object)}
-	}
-	rest := maps.Clone(obj.Object)
-	delete(rest, "data")
-	delete(rest, "stringData")
-	rest = red.Object(rest)
-	for _, k := range []string{"data", "stringData"} {
-		if v, ok := obj.Object[k]; ok {
-			rest[k] = v
-		}
-	}
-	return &unstructured.Unstructured{Object: rest}
-}
-
-// lines splits text into lines, each with its newline; none for "".
-func lines(text string) []string {
-	if text == "" {
-		return nil
-	}
-	return difflib.SplitLines(strings.TrimSuffix(text, "\n"))
-}
-
-func toYAML(obj *unstructured.Unstructured) (string, error) {
-	if obj == nil {
-		return "", nil
-	}
-	b, err := yaml.Marshal(obj.Object)
-	return string(b), err
-}
-
-// Masks of Secret values, as kubectl diff shows them: the same on both
-// sides when the value is unchanged.
-const (
-	maskSame   = "***"
-	maskBefore = "*** (before)"
-	maskAfter  = "*** (after)"
-)
-
-// lastApplied is kubectl's annotation; on a Secret it holds the data.
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
-
-// maskSecret returns copies of a Secret's two sides with every value of
-// data and stringData, and kubectl's last-applied annotation, replaced by a
-// mask that still tells changed values from unchanged ones. Other objects
-// are returned as they are.
-func maskSecret(live, desired *unstructured.Unstructured) (*unstructured.Unstructured, *unstructured.Unstructured) {
-	isSecret := func(o *unstructured.Unstructured) bool {
-		return o != nil && o.GetKind() == "Secret" && o.GroupVersionKind().Group == ""
-	}
-	if !isSecret(live) && !isSecret(desired) {
-		return live, desired
-	}
-	if live != nil {
-		live = live.DeepCopy()
-	}
-	if desired != nil {
-		desired = desired.DeepCopy()
-	}
-	for _, path := range [][]string{{"data"}, {"stringData"}} {
-		maskValues(mapField(live, path...), mapField(desired, path...), nil)
-	}
-	maskValues(mapField(live, "metadata", "annotations"), mapField(desired, "metadata", "annotations"), []string{lastApplied})
-	return live, desired
-}
-
-// maskValues masks the values of before and after in place (those of the
-// given keys only, when there are any).
-func maskValues(before, after map[string]any, only []string) {
-	masked := func(k string) bool { return only == nil || slices.Contains(only, k) }
-	same := map[string]bool{}
-	for k, bv := range before {
-		if av, ok := after[k]; ok && reflect.DeepEqual(av, bv) {
-			same[k] = true
-		}
-	}
-	for _, m := range []struct {
-		values map[string]any
-		mask   string
-	}{{before, maskBefore}, {after, maskAfter}} {
-		for k := range m.values {
-			switch {
-			case !masked(k):
-			case same[k]:
-				m.values[k] = maskSame
-			default:
-				m.values[k] = m.mask
-			}
-		}
-	}
-}
-
-// mapField is the map at path in obj, itself rather than a copy; nil when
-// there is none.
-func mapField(obj *unstructured.Unstructured, path ...string) map[string]any {
-	if obj == nil {
-		return nil
-	}
-	m, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
-	out, _ := m.(map[string]any)
-	return out
+	return objdiff.Write(w, "live/"+name, "desired/"+name, d.Live, d.Desired, nil)
 }

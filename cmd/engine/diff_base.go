@@ -22,6 +22,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/internal/objdiff"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
@@ -432,7 +433,7 @@ const (
 // diffResults compares two renders of one ManifestSync, target by target
 // (by TargetResult.ID) and object by object (by kind, group, namespace and
 // name); either may be nil, a ManifestSync that is not on that side. The
-// diffs mask values as writeObjectDiff does. A target that failed on either side has its
+// diffs mask values as objdiff.Write does. A target that failed on either side has its
 // error, redacted, and no objects.
 func diffResults(before, after *engine.Result, red *redact.Redactor) ([]*targetDiff, error) {
 	targets := func(r *engine.Result) map[string]*engine.TargetResult {
@@ -497,7 +498,7 @@ func diffResults(before, after *engine.Result, red *redact.Redactor) ([]*targetD
 			}
 			var buf strings.Builder
 			name := id + "/" + k.String()
-			if err := writeObjectDiff(&buf, "base/"+name, "worktree/"+name, bObj, aObj, red); err != nil {
+			if err := objdiff.Write(&buf, "base/"+name, "worktree/"+name, bObj, aObj, red); err != nil {
 				return nil, fmt.Errorf("target %q: %s: %w", id, k, err)
 			}
 			od.Diff = buf.String()

@@ -470,45 +470,6 @@ func TestDiffErrors(t *testing.T) {
 	}
 }
 
-// Secret values are masked on both sides, kubectl's last-applied
-// annotation too; other objects are left alone.
-func TestMaskSecret(t *testing.T) {
-	secret := func(data map[string]any, lastApplied string) *unstructured.Unstructured {
-		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "data": data}}
-		o.SetName("s")
-		if lastApplied != "" {
-			o.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": lastApplied, "keep": "me"})
-		}
-		return o
-	}
-	live := secret(map[string]any{"same": "c2FtZQ==", "changed": "b2xk", "gone": "Z29uZQ=="}, `{"data":{"same":"c2FtZQ=="}}`)
-	desired := secret(map[string]any{"same": "c2FtZQ==", "changed": "bmV3", "added": "YWRkZWQ="}, `{"data":{"same":"c2FtZQ=="}}`)
-	l, d := maskSecret(live, desired)
-	wantData := func(o *unstructured.Unstructured, want map[string]any) {
-		t.Helper()
-		got, _, _ := unstructured.NestedMap(o.Object, "data")
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("data %v, want %v", got, want)
-		}
-	}
-	wantData(l, map[string]any{"same": maskSame, "changed": maskBefore, "gone": maskBefore})
-	wantData(d, map[string]any{"same": maskSame, "changed": maskAfter, "added": maskAfter})
-	if a := l.GetAnnotations(); a["kubectl.kubernetes.io/last-applied-configuration"] != maskSame || a["keep"] != "me" {
-		t.Errorf("annotations %v", a)
-	}
-	if got, _, _ := unstructured.NestedString(live.Object, "data", "changed"); got != "b2xk" {
-		t.Error("maskSecret changed its argument")
-	}
-	created, _ := maskSecret(nil, desired)
-	if created != nil {
-		t.Error("a missing side is not nil")
-	}
-	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": map[string]any{"a": "b"}}}
-	if l, _ := maskSecret(cm, cm); l != cm {
-		t.Error("a ConfigMap was masked")
-	}
-}
-
 // Objects in a namespace that the sync creates first cannot be dry-run;
 // they are listed as created, as they would be sent.
 func TestDiffNewNamespace(t *testing.T) {

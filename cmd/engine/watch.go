@@ -20,6 +20,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
+	"github.com/manifestsync/manifestsync/internal/objdiff"
 )
 
 // watchDebounce is how long eval --watch waits after a change for the
@@ -98,7 +99,7 @@ func (w *watcher) show(n int, out string, err error) {
 			b.WriteString("(no change)\n")
 		} else {
 			_ = difflib.WriteUnifiedDiff(&b, difflib.UnifiedDiff{
-				A: lines(w.last), B: lines(out),
+				A: objdiff.Lines(w.last), B: objdiff.Lines(out),
 				FromFile: fmt.Sprintf("render %d", w.good), ToFile: fmt.Sprintf("render %d", n),
 				Context: 3,
 			})
