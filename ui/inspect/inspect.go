@@ -38,6 +38,9 @@ type Target struct {
 	view.Target
 	// Waves are the target's objects grouped by wave, lowest first.
 	Waves []Wave `json:"waves"`
+	// Note says what of the target was left out (objects past the limit
+	// of one call); empty when nothing was.
+	Note string `json:"note,omitempty"`
 }
 
 // Wave is the objects of one wave of a target, in the order they apply.
@@ -72,6 +75,10 @@ type Node struct {
 	// Error says why the object could not be read (the API server's
 	// message, such as forbidden); empty when it was.
 	Error string `json:"error,omitempty"`
+	// Note says what was left out of the node: its YAML cut at the size
+	// limit, its children not listed (forbidden) or cut at the limit of
+	// one list; empty when nothing was.
+	Note string `json:"note,omitempty"`
 	// Children are the objects the cluster made for this one.
 	Children []Node `json:"children,omitempty"`
 }
