@@ -74,8 +74,29 @@ func TestChartRulesAreTheMonitoringOnes(t *testing.T) {
 // not as text), what the chart renders with its default values with what
 // the kustomize layout builds.
 func TestChartRendersTheKustomizeLayout(t *testing.T) {
-	chart := byKey(t, renderChart(t, "manifestsync", "manifestsync-system"))
-	layout := byKey(t, build(t, "default"))
+	compareChartAndLayout(t, renderChart(t, "manifestsync", "manifestsync-system"), build(t, "default"))
+}
+
+// With ui.enabled=true the chart renders what the layout builds with the
+// web UI's component (ui/): its Service, ClusterRole and binding, and the
+// Deployment's flag and port.
+func TestChartRendersTheKustomizeLayoutWithUI(t *testing.T) {
+	chartObjs := renderChart(t, "manifestsync", "manifestsync-system", "--set", "ui.enabled=true")
+	layoutObjs := build(t, "testdata/default-ui")
+	compareChartAndLayout(t, chartObjs, layoutObjs)
+	checkWiring(t, layoutObjs)
+	find(t, layoutObjs, "Service", "manifestsync-ui")
+	if args := containerArgs(t, find(t, layoutObjs, "Deployment", "manifestsync")); !slices.Contains(args, "--ui-bind-address=:8090") {
+		t.Errorf("the layout with the ui component runs the operator with %v, without --ui-bind-address=:8090", args)
+	}
+}
+
+// compareChartAndLayout checks that the chart's objects are the layout's,
+// but for the layout's Namespace.
+func compareChartAndLayout(t *testing.T, chartObjs, layoutObjs []*unstructured.Unstructured) {
+	t.Helper()
+	chart := byKey(t, chartObjs)
+	layout := byKey(t, layoutObjs)
 
 	var namespaces []string
 	for k, o := range layout {
@@ -186,6 +207,9 @@ func TestChartOptions(t *testing.T) {
 		// trusted (the flag's default), no tenant runs as a default
 		// account; the git and helm caches have the flag's default size.
 		for _, a := range args {
+			if strings.HasPrefix(a, "--ui-bind-address") {
+				t.Errorf("the operator serves the web UI by default: %v", args)
+			}
 			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") ||
 				strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
 				t.Errorf("the operator's args %v set %s by default", args, a)
@@ -205,7 +229,7 @@ func TestChartOptions(t *testing.T) {
 			}
 		}
 		for _, o := range objs {
-			if o.GroupVersionKind().Group == "monitoring.coreos.com" || o.GetName() == "manifestsync-webhook" {
+			if o.GroupVersionKind().Group == "monitoring.coreos.com" || o.GetName() == "manifestsync-webhook" || o.GetName() == "manifestsync-ui" {
 				t.Errorf("%s is rendered though its option is off", key(o))
 			}
 		}
@@ -217,7 +241,7 @@ func TestChartOptions(t *testing.T) {
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
 		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--git-cache-max-size=256Mi", "--helm-cache-max-size=64Mi", "--require-service-account",
 			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
-			"--trusted-namespaces=ops,platform", "--default-service-account=tenant"} {
+			"--trusted-namespaces=ops,platform", "--default-service-account=tenant", "--ui-bind-address=:9090"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the operator's args %v lack %s", args, want)
 			}
@@ -248,6 +272,26 @@ func TestChartOptions(t *testing.T) {
 					t.Errorf("the apply role grants %v under requireServiceAccount: %v", v, r)
 				}
 			}
+		}
+
+		// The web UI: its Service (ClusterIP, port http-ui) and the
+		// rights it needs, which only it does.
+		svc := find(t, objs, "Service", "manifestsync-ui")
+		if typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type"); typ != "ClusterIP" {
+			t.Errorf("the UI's Service has type %q, want ClusterIP", typ)
+		}
+		svcPorts, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		if len(svcPorts) != 1 || svcPorts[0].(map[string]any)["name"] != "http-ui" || fmt.Sprint(svcPorts[0].(map[string]any)["port"]) != "9090" {
+			t.Errorf("the UI's Service has ports %v, want http-ui on 9090", svcPorts)
+		}
+		uiRules := toYAML(t, find(t, objs, "ClusterRole", "manifestsync-ui"))
+		for _, want := range []string{"tokenreviews", "subjectaccessreviews", "impersonate", "users", "groups", "serviceaccounts", "uids", "userextras/*"} {
+			if !strings.Contains(uiRules, want) {
+				t.Errorf("the UI's ClusterRole lacks %s:\n%s", want, uiRules)
+			}
+		}
+		if strings.Contains(toYAML(t, find(t, objs, "ClusterRole", "manifestsync")), "tokenreviews") {
+			t.Error("the operator's own ClusterRole creates tokenreviews: that is the UI's role's, on only with ui.enabled")
 		}
 
 		sm := find(t, objs, "ServiceMonitor", "manifestsync")
@@ -294,7 +338,7 @@ func TestChartOptions(t *testing.T) {
 
 	t.Run("schema", func(t *testing.T) {
 		for _, set := range []string{"instanceID=Not_An_ID", "replica=3", "evalWorkers=0", "image.digest=latest",
-			"gitCacheMaxSize=lots", "helmCacheMaxSize=lots", "defaultServiceAccount=Not_An_Account", "trustedNamespaces={Team_A}"} {
+			"gitCacheMaxSize=lots", "helmCacheMaxSize=lots", "defaultServiceAccount=Not_An_Account", "trustedNamespaces={Team_A}", "ui.port=0", "ui.bind=:80"} {
 			if out, err := runHelm(t, "template", "manifestsync", chartDir, "--set", set); err == nil {
 				t.Errorf("helm template --set %s: no error, want the values schema to refuse it\n%s", set, out)
 			}

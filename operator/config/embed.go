@@ -1,7 +1,9 @@
 // Package config holds the operator's Kubernetes manifests in a kustomize
 // layout: crd/ (generated), rbac/ (the operator's own least-privilege role,
 // and the role for what it applies), manager/ (its namespace, Deployment
-// and metrics Service) and default/, which builds them all. It embeds the
+// and metrics Service), default/, which builds them all, and ui/, a
+// component that adds the web UI (its Service, the rights it needs, the
+// operator's flag) to a build of default/. It embeds the
 // generated CRD, so that Go code validates against exactly the schema that
 // is deployed. A test applies default/ to a real API server with
 // server-side dry-run; others hold the Helm chart (operator/chart) to the
