@@ -70,8 +70,10 @@ func (r *Result) Complete() bool { return len(r.Notes) == 0 }
 // "v1.2.0@sha1:H" or "sha1:H".
 var hashPattern = regexp.MustCompile(`(?:^|@)sha1:([0-9a-f]{7,40})$`)
 
-// commitOf returns the commit of a git revision.
-func commitOf(revision string) (string, bool) {
+// CommitOf returns the commit of a git revision ("main@sha1:H", "sha1:H",
+// behind the digest of its refs or not): what a rollback pins, and what the
+// web UI compares two entries by.
+func CommitOf(revision string) (string, bool) {
 	m := hashPattern.FindStringSubmatch(revision)
 	if m == nil {
 		return "", false
@@ -120,7 +122,7 @@ func Pin(ms *v1alpha1.ManifestSync, n int) (*Result, error) {
 					src.Name, id, rev))
 			}
 		case src.Git != nil:
-			commit, ok := commitOf(rev)
+			commit, ok := CommitOf(rev)
 			if !ok {
 				return nil, fmt.Errorf("source %q: history entry %d: revision %q names no commit", src.Name, n, rev)
 			}

@@ -103,8 +103,8 @@ func TestCommitOf(t *testing.T) {
 		"resourceVersion:12":  "",
 		"main@sha1:xyz":       "",
 	} {
-		if got, _ := commitOf(rev); got != want {
-			t.Errorf("commitOf(%q) = %q, want %q", rev, got, want)
+		if got, _ := CommitOf(rev); got != want {
+			t.Errorf("CommitOf(%q) = %q, want %q", rev, got, want)
 		}
 	}
 }

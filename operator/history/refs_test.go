@@ -14,8 +14,8 @@ func TestCommitOfRevisionWithRefs(t *testing.T) {
 		source.RefsPrefix + "sha256:ab12@main@sha1:0123456789abcdef",
 		source.RefsPrefix + "sha256:ab12@sha1:0123456789abcdef",
 	} {
-		if c, ok := commitOf(rev); !ok || c != "0123456789abcdef" {
-			t.Errorf("commitOf(%q) = %q, %v", rev, c, ok)
+		if c, ok := CommitOf(rev); !ok || c != "0123456789abcdef" {
+			t.Errorf("CommitOf(%q) = %q, %v", rev, c, ok)
 		}
 	}
 }
