@@ -1,0 +1,270 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/view"
+)
+
+// row is one ManifestSync of the overview, computed once per change of it
+// (not per request), so that a page of a thousand is quick to serve.
+type row struct {
+	view.Summary
+	// Health is Healthy, Progressing, Degraded, Unknown, or "" when there
+	// is no Healthy condition yet.
+	Health string
+	// Drifted: some object of its inventory drifted or is missing.
+	Drifted bool
+	// key is "namespace/name".
+	key string
+	// text is what the search matches, lower case.
+	text string
+}
+
+// rowOf is the overview row of ms.
+func rowOf(ms *v1alpha1.ManifestSync) row {
+	r := row{Summary: view.Summarize(ms), Health: healthOf(ms), key: ms.Namespace + "/" + ms.Name}
+	if entries, err := ms.InventoryEntries(); err == nil {
+		for _, e := range entries {
+			if e.Drifted || e.Missing {
+				r.Drifted = true
+				break
+			}
+		}
+	}
+	r.text = strings.ToLower(strings.Join([]string{r.Namespace, r.Name, r.Reason, r.Message, r.Revision}, "\x00"))
+	return r
+}
+
+// healthOf is the Healthy condition as one word: Healthy when True,
+// Progressing or Degraded by its reason, else the worst of the targets'.
+func healthOf(ms *v1alpha1.ManifestSync) string {
+	c := apimeta.FindStatusCondition(ms.Status.Conditions, v1alpha1.ConditionHealthy)
+	if c == nil {
+		return ""
+	}
+	switch {
+	case c.Status == metav1.ConditionTrue:
+		return string(v1alpha1.HealthHealthy)
+	case c.Reason == v1alpha1.ReasonProgressing:
+		return string(v1alpha1.HealthProgressing)
+	case c.Reason == v1alpha1.ReasonHealthCheckFailed:
+		return string(v1alpha1.HealthDegraded)
+	}
+	worst := ""
+	rank := map[string]int{"": 0, string(v1alpha1.HealthHealthy): 1, string(v1alpha1.HealthUnknown): 2,
+		string(v1alpha1.HealthProgressing): 3, string(v1alpha1.HealthDegraded): 4}
+	for _, t := range ms.Status.Targets {
+		if rank[string(t.Health)] > rank[worst] {
+			worst = string(t.Health)
+		}
+	}
+	if worst == "" || worst == string(v1alpha1.HealthHealthy) {
+		return string(v1alpha1.HealthUnknown)
+	}
+	return worst
+}
+
+// change is what the live stream sends: an object that changed.
+type change struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// store holds the rows of every ManifestSync the shared watch sees and
+// passes each change on to the open streams.
+type store struct {
+	mu     sync.RWMutex
+	rows   map[string]row
+	sorted []row // rows by key; nil when stale
+	synced bool
+
+	subMu sync.Mutex
+	subs  map[*subscriber]struct{}
+}
+
+// subscriber is one open stream: changes are queued in ch; a full queue
+// drops them and sets lost, so that the stream still says something
+// changed.
+type subscriber struct {
+	ch   chan change
+	mu   sync.Mutex
+	lost bool
+}
+
+func newStore() *store {
+	return &store{rows: map[string]row{}, subs: map[*subscriber]struct{}{}}
+}
+
+func (st *store) set(ms *v1alpha1.ManifestSync) {
+	r := rowOf(ms)
+	st.mu.Lock()
+	st.rows[r.key] = r
+	st.sorted = nil
+	st.mu.Unlock()
+	st.publish(change{Kind: "ManifestSync", Namespace: ms.Namespace, Name: ms.Name})
+}
+
+func (st *store) remove(ns, name string) {
+	st.mu.Lock()
+	delete(st.rows, ns+"/"+name)
+	st.sorted = nil
+	st.mu.Unlock()
+	st.publish(change{Kind: "ManifestSync", Namespace: ns, Name: name})
+}
+
+// list is every row, sorted by namespace and name; it must not be changed.
+func (st *store) list() (rows []row, synced bool) {
+	st.mu.RLock()
+	rows, synced = st.sorted, st.synced
+	st.mu.RUnlock()
+	if rows != nil {
+		return rows, synced
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sorted == nil {
+		st.sorted = make([]row, 0, len(st.rows))
+		for _, r := range st.rows {
+			st.sorted = append(st.sorted, r)
+		}
+		slices.SortFunc(st.sorted, func(a, b row) int { return strings.Compare(a.key, b.key) })
+	}
+	return st.sorted, st.synced
+}
+
+func (st *store) subscribe() *subscriber {
+	sub := &subscriber{ch: make(chan change, 64)}
+	st.subMu.Lock()
+	st.subs[sub] = struct{}{}
+	st.subMu.Unlock()
+	return sub
+}
+
+func (st *store) unsubscribe(sub *subscriber) {
+	st.subMu.Lock()
+	delete(st.subs, sub)
+	st.subMu.Unlock()
+}
+
+// publish queues c on every stream without waiting for any.
+func (st *store) publish(c change) {
+	st.subMu.Lock()
+	defer st.subMu.Unlock()
+	for sub := range st.subs {
+		select {
+		case sub.ch <- c:
+		default:
+			sub.mu.Lock()
+			sub.lost = true
+			sub.mu.Unlock()
+		}
+	}
+}
+
+// handler feeds the store from an informer of ManifestSyncs.
+func (st *store) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ms, ok := obj.(*v1alpha1.ManifestSync); ok {
+				st.set(ms)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if ms, ok := obj.(*v1alpha1.ManifestSync); ok {
+				st.set(ms)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if ms, ok := obj.(*v1alpha1.ManifestSync); ok {
+				st.remove(ms.Namespace, ms.Name)
+			}
+		},
+	}
+}
+
+// runWatch hooks the store into Options.Cache's informer of
+// ManifestSyncs, or starts an informer of its own with Options.Config (in
+// ModeLocal only in Options.Namespace when the user may not list them
+// cluster-wide), and keeps it until ctx ends.
+func (s *Server) runWatch(ctx context.Context) error {
+	c := s.opts.Cache
+	own := c == nil
+	if own {
+		opts := cache.Options{Scheme: s.scheme, Mapper: s.mapper, HTTPClient: s.httpClient,
+			DefaultTransform: cache.TransformStripManagedFields()}
+		if ns := s.watchNamespace(ctx); ns != "" {
+			opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+		}
+		var err error
+		if c, err = cache.New(s.opts.Config, opts); err != nil {
+			return fmt.Errorf("ui: cache of ManifestSyncs: %w", err)
+		}
+	}
+	inf, err := c.GetInformer(ctx, &v1alpha1.ManifestSync{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("ui: informer of ManifestSyncs: %w", err)
+	}
+	reg, err := inf.AddEventHandler(s.store.handler())
+	if err != nil {
+		return fmt.Errorf("ui: informer of ManifestSyncs: %w", err)
+	}
+	errc := make(chan error, 1)
+	if own {
+		go func() { errc <- c.Start(ctx) }()
+	}
+	go func() {
+		if toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			s.store.mu.Lock()
+			s.store.synced = true
+			s.store.mu.Unlock()
+			s.log.V(1).Info("the watch of ManifestSyncs has synced")
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		_ = inf.RemoveEventHandler(reg)
+		if own {
+			<-errc
+		}
+		return nil
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("ui: cache of ManifestSyncs: %w", err)
+		}
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// watchNamespace is "" when the own watch may list ManifestSyncs in every
+// namespace, else Options.Namespace (ModeLocal's fallback).
+func (s *Server) watchNamespace(ctx context.Context) string {
+	if s.opts.Mode != ModeLocal || s.opts.Namespace == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var l v1alpha1.ManifestSyncList
+	if err := s.base.List(ctx, &l, client.Limit(1)); err != nil {
+		s.log.Info("cannot list ManifestSyncs in every namespace; showing one namespace", "namespace", s.opts.Namespace, "error", err.Error())
+		return s.opts.Namespace
+	}
+	return ""
+}

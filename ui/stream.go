@@ -1,0 +1,106 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// streamCount bounds the open streams, overall and per user.
+type streamCount struct {
+	mu     sync.Mutex
+	total  int
+	byUser map[string]int
+}
+
+func (c *streamCount) acquire(user string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byUser == nil {
+		c.byUser = map[string]int{}
+	}
+	if c.total >= maxStreams || c.byUser[user] >= maxStreamsPerUser {
+		return false
+	}
+	c.total++
+	c.byUser[user]++
+	return true
+}
+
+func (c *streamCount) release(user string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total--
+	if c.byUser[user]--; c.byUser[user] <= 0 {
+		delete(c.byUser, user)
+	}
+}
+
+// stream sends the user a server-sent event for every change of a
+// ManifestSync they may get, from the shared watch: nothing here reads
+// the API server but the access reviews (cached). It ends with the
+// request.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
+	rc := http.NewResponseController(w)
+	if !s.streams.acquire(c.id.key) {
+		http.Error(w, "too many open streams", http.StatusTooManyRequests)
+		return
+	}
+	defer s.streams.release(c.id.key)
+	sub := s.store.subscribe()
+	defer s.store.unsubscribe(sub)
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(format string, args ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	// The retry hint, and a first comment so that the client knows the
+	// stream is open.
+	if !write("retry: 2000\n: open\n\n") {
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+			if !write(": keep-alive\n\n") {
+				return
+			}
+		case ch := <-sub.ch:
+			sub.mu.Lock()
+			lost := sub.lost
+			sub.lost = false
+			sub.mu.Unlock()
+			if lost {
+				// Some changes were dropped: say that something changed,
+				// without naming it.
+				if !write("event: change\ndata: {\"kind\":\"ManifestSync\"}\n\n") {
+					return
+				}
+			}
+			if !s.allowed(r.Context(), c.id, "get", ch.Namespace) {
+				continue
+			}
+			data, err := json.Marshal(ch)
+			if err != nil {
+				continue
+			}
+			if !write("event: change\ndata: %s\n\n", data) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,128 @@
+// The web UI's one script: it asks before an action (dialog#confirm),
+// applies the overview's filter without a reload, and keeps the page live:
+// on a change of the server-sent event stream it refetches the page's own
+// URL (only <main>, header X-Fragment: 1) and swaps it in, at most once
+// per 250 ms. Without it every page still works (a confirmation page, a
+// filter button, a reload).
+"use strict";
+(function () {
+  var body = document.body;
+  var self = body.getAttribute("data-self") || location.pathname + location.search;
+  if (self !== location.pathname + location.search) {
+    // A POST's answer shows the page it acted on: make the address that page.
+    history.replaceState(null, "", self);
+  }
+
+  // Confirmation of actions.
+  var dialog = document.getElementById("confirm");
+  var pending = null;
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var question = form.getAttribute("data-confirm");
+    if (!question || form.querySelector("input[name=confirm]")) return;
+    if (!dialog || typeof dialog.showModal !== "function") return; // the server asks instead
+    ev.preventDefault();
+    pending = form;
+    document.getElementById("confirm-text").textContent = question;
+    dialog.returnValue = "";
+    dialog.showModal();
+    document.getElementById("confirm-cancel").focus();
+  });
+  if (dialog) {
+    dialog.addEventListener("close", function () {
+      var form = pending;
+      pending = null;
+      if (!form || dialog.returnValue !== "ok") return;
+      var input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "confirm";
+      input.value = "yes";
+      form.appendChild(input);
+      form.submit();
+    });
+  }
+
+  // Swapping <main> for the server's fresh fragment.
+  var busy = false, again = false, last = 0, timer = null;
+  function refresh() {
+    if (busy) { again = true; return; }
+    var wait = 250 - (Date.now() - last);
+    if (wait > 0) {
+      if (!timer) timer = setTimeout(function () { timer = null; refresh(); }, wait);
+      return;
+    }
+    busy = true;
+    last = Date.now();
+    fetch(self, { headers: { "X-Fragment": "1" }, credentials: "same-origin" })
+      .then(function (r) {
+        if (r.status === 401 || r.redirected) { location.reload(); return null; }
+        return r.text();
+      })
+      .then(function (html) {
+        if (html === null) return;
+        var main = document.getElementById("main");
+        // Keep open <details> and the focused filter across the swap.
+        var open = {};
+        main.querySelectorAll("details[open]").forEach(function (d) {
+          var li = d.closest("[data-object]");
+          if (li) open[li.getAttribute("data-object")] = true;
+        });
+        var active = document.activeElement && main.contains(document.activeElement) ? document.activeElement.id : "";
+        var caret = active && document.activeElement.selectionStart;
+        main.innerHTML = html;
+        main.querySelectorAll("[data-object]").forEach(function (li) {
+          var d = li.querySelector(":scope > details");
+          if (d && open[li.getAttribute("data-object")]) d.open = true;
+        });
+        if (active) {
+          var el = document.getElementById(active);
+          if (el) { el.focus(); if (caret != null && el.setSelectionRange) { try { el.setSelectionRange(caret, caret); } catch (e) {} } }
+        }
+        body.setAttribute("data-refreshed", String(Date.now()));
+      })
+      .catch(function () {})
+      .then(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
+  }
+
+  // The overview's filter, applied as it changes.
+  var typing = null;
+  function applyFilter(form) {
+    var params = new URLSearchParams(new FormData(form));
+    params.forEach(function (v, k) { if (!v) params.delete(k); });
+    var q = params.toString();
+    self = "/" + (q ? "?" + q : "");
+    history.replaceState(null, "", self);
+    last = 0;
+    refresh();
+  }
+  document.addEventListener("input", function (ev) {
+    var form = ev.target.form;
+    if (!form || form.id !== "filters") return;
+    clearTimeout(typing);
+    typing = setTimeout(function () { applyFilter(form); }, 200);
+  });
+  document.addEventListener("submit", function (ev) {
+    if (ev.target.id !== "filters") return;
+    ev.preventDefault();
+    applyFilter(ev.target);
+  });
+
+  // The live stream.
+  if (body.getAttribute("data-live") === "1" && window.EventSource) {
+    var live = document.getElementById("live");
+    var es = new EventSource("/stream");
+    es.addEventListener("open", function () { if (live) { live.textContent = "live"; live.className = "live on"; } });
+    es.addEventListener("error", function () { if (live) { live.textContent = "reconnecting"; live.className = "live off"; } });
+    es.addEventListener("change", function (ev) {
+      var c = {};
+      try { c = JSON.parse(ev.data); } catch (e) {}
+      // A ManifestSync's pages follow only it; the overview follows all.
+      var m = location.pathname.match(/^\/ms\/([^/]+)\/([^/]+)/);
+      if (m && c.namespace && (decodeURIComponent(m[1]) !== c.namespace || decodeURIComponent(m[2]) !== c.name)) return;
+      refresh();
+    });
+  }
+})();
