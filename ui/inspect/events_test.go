@@ -69,7 +69,7 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != MaxEvents || !got[0].Last.Time.Equal(base.Add(time.Hour + (MaxEvents+19)*time.Second)) {
+	if len(got) != MaxEvents || !got[0].Last.Time.Equal(base.Add(time.Hour+(MaxEvents+19)*time.Second)) {
 		t.Errorf("%d events, the first of %v: want %d, the newest first", len(got), got[0].Last, MaxEvents)
 	}
 }
