@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,6 +68,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Vary", "X-Fragment")
+	if st := serverTiming(r); st != "" {
+		w.Header().Set("Server-Timing", st)
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
@@ -314,7 +316,7 @@ func (s *Server) msData(ctx context.Context, c *caller, ms *v1alpha1.ManifestSyn
 	_, d.RolledBack = ms.Annotations[history.Annotation]
 	switch tab {
 	case "tree":
-		d.Targets, err = s.tree(ctx, c, ms, det)
+		d.Targets, err = s.tree(ctx, c, ms)
 		if err != nil {
 			d.Note = apiMessage(err)
 		}
@@ -415,90 +417,28 @@ func commitLink(repoURL, commit string) string {
 	return ""
 }
 
-// tree is the targets with their objects: from the status alone when
-// inspect cannot read more.
-func (s *Server) tree(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync, det view.Detail) ([]inspect.Target, error) {
-	return statusTree(det), nil
+// tree is the targets with their objects, read live as the user.
+func (s *Server) tree(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync) ([]inspect.Target, error) {
+	return inspect.Tree(ctx, c.client, ms)
 }
 
-// statusTree is the targets of the status, each object in wave 0, as the
-// status knows them (no live objects).
-func statusTree(det view.Detail) []inspect.Target {
-	var ts []inspect.Target
-	for _, t := range det.Targets {
-		it := inspect.Target{Target: t}
-		if len(t.Objects) > 0 {
-			w := inspect.Wave{Wave: 0}
-			for _, o := range t.Objects {
-				w.Nodes = append(w.Nodes, inspect.Node{Group: o.Group, Version: o.Version, Kind: o.Kind, Namespace: o.Namespace,
-					Name: o.Name, Managed: true, State: o.State, Health: o.Health, HealthMessage: o.HealthMessage})
-			}
-			it.Waves = []inspect.Wave{w}
-		}
-		ts = append(ts, it)
-	}
-	return ts
-}
-
-// changes lists the files changed between two history entries.
+// changes lists the files changed between two history entries, fetched
+// as the user.
 func (s *Server) changes(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync, from, to int) ([]inspect.SourceChange, error) {
-	var out []inspect.SourceChange
-	a, b := ms.Status.History[from].Inputs, ms.Status.History[to].Inputs
-	names := map[string]bool{}
-	for _, in := range []*v1alpha1.Inputs{a, b} {
-		if in != nil {
-			for n := range in.Sources {
-				names[n] = true
-			}
-		}
-	}
-	for _, n := range slices.Sorted(maps.Keys(names)) {
-		sc := inspect.SourceChange{Source: n}
-		if a != nil {
-			sc.From = a.Sources[n]
-		}
-		if b != nil {
-			sc.To = b.Sources[n]
-		}
-		if sc.From != sc.To {
-			sc.Note = "The files changed are not listed yet."
-		}
-		out = append(out, sc)
-	}
-	return out, nil
+	return inspect.Changes(ctx, c.client, ms, from, to, inspect.ChangesOptions{})
 }
 
-// maxEvents bounds the events of a page.
-const maxEvents = 200
-
-// events are the ManifestSync's events, newest first.
+// events are the events of the ManifestSync and of its objects, newest
+// first.
 func (s *Server) events(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync) ([]inspect.Event, error) {
-	var l corev1.EventList
-	if err := c.client.List(ctx, &l, client.InNamespace(ms.Namespace), client.MatchingFields{
-		"involvedObject.kind": "ManifestSync", "involvedObject.name": ms.Name}, client.Limit(maxEvents)); err != nil {
+	targets, err := inspect.Tree(ctx, c.client, ms)
+	if err != nil {
 		return nil, err
 	}
-	var out []inspect.Event
-	for _, e := range l.Items {
-		last := e.LastTimestamp
-		if last.IsZero() {
-			last = metav1.NewTime(e.EventTime.Time)
-		}
-		if last.IsZero() {
-			last = e.CreationTimestamp
-		}
-		src := e.Source.Component
-		if src == "" {
-			src = e.ReportingController
-		}
-		out = append(out, inspect.Event{Object: "ManifestSync " + ms.Namespace + "/" + ms.Name, Type: e.Type, Reason: e.Reason,
-			Message: e.Message, Count: e.Count, Last: last, Source: src})
-	}
-	slices.SortStableFunc(out, func(a, b inspect.Event) int { return b.Last.Compare(a.Last.Time) })
-	return out, nil
+	return inspect.Events(ctx, c.client, ms, targets)
 }
 
-// diff is what a sync would change now.
+// diff is what a sync would change now, as the user's dry run.
 func (s *Server) diff(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync) ([]inspect.ObjectDiff, error) {
-	return nil, errors.New("the diff is not available in this build yet")
+	return inspect.Diff(ctx, c.client, ms, s.opts.Evaluator, s.opts.InstanceID)
 }

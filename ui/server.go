@@ -1,7 +1,9 @@
 package ui
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,6 +51,7 @@ func (s *Server) routes() http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		}
+		r = r.WithContext(context.WithValue(r.Context(), startKey{}, time.Now()))
 		if r.URL.Path != "/stream" {
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 		}
@@ -143,4 +146,18 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 // msURL is the path of a ManifestSync's page.
 func msURL(ns, name string) string {
 	return "/ms/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+}
+
+// startKey holds the time a request arrived, in its context, for the
+// Server-Timing header of pages.
+type startKey struct{}
+
+// serverTiming is the Server-Timing header of a response to r: the time
+// the server took so far ("app;dur=MS").
+func serverTiming(r *http.Request) string {
+	start, ok := r.Context().Value(startKey{}).(time.Time)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("app;dur=%.2f", float64(time.Since(start).Microseconds())/1000)
 }

@@ -1,0 +1,375 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+)
+
+// TestClusterModeWithoutAGoodTokenServesOnlyTheLoginPage: with no token,
+// a bad bearer token, a bad session cookie or a bad login, every page
+// leads to the login page and the stream and actions answer 401; the
+// token tried is never logged nor echoed back.
+func TestClusterModeWithoutAGoodTokenServesOnlyTheLoginPage(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	u := startUI(t, Options{Mode: ModeCluster})
+	c := browser(t)
+	const bad = "not-a-token-4b1d9c2e7f"
+
+	for _, token := range []string{"", bad} {
+		for _, path := range []string{"/", "/ms/" + ns + "/app", "/ms/" + ns + "/app/history", "/ms/" + ns + "/app/events"} {
+			r := u.do(t, c, http.MethodGet, path, token, nil)
+			if r.status != http.StatusSeeOther || r.header.Get("Location") != "/login" {
+				t.Errorf("GET %s (token %v): %d to %q, want 303 to /login", path, token != "", r.status, r.header.Get("Location"))
+			}
+			if strings.Contains(r.body, "data-ms") || strings.Contains(r.body, ns) {
+				t.Errorf("GET %s without a good token shows a ManifestSync: %s", path, r.body)
+			}
+		}
+		if r := u.do(t, c, http.MethodGet, "/stream", token, nil); r.status != http.StatusUnauthorized {
+			t.Errorf("GET /stream (token %v): %d, want 401", token != "", r.status)
+		}
+		r := u.do(t, c, http.MethodPost, "/ms/"+ns+"/app/actions/suspend", token, url.Values{"confirm": {"yes"}})
+		if r.status != http.StatusUnauthorized {
+			t.Errorf("POST suspend (token %v): %d, want 401", token != "", r.status)
+		}
+	}
+	// A forged session cookie is no session.
+	req, _ := http.NewRequest(http.MethodGet, u.URL+"/", nil)
+	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "forged"})
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("GET / with a forged session: %d, want 303", resp.StatusCode)
+	}
+
+	login := u.do(t, c, http.MethodGet, "/login", "", nil)
+	for _, want := range []string{`<input id="token" name="token" type="password"`, `<button type="submit"`} {
+		if !strings.Contains(login.body, want) {
+			t.Errorf("the login page has no %s", want)
+		}
+	}
+	r := u.do(t, c, http.MethodPost, "/login", "", url.Values{"token": {bad}})
+	if r.status != http.StatusUnauthorized || !strings.Contains(r.body, "did not accept") {
+		t.Errorf("POST /login with a bad token: %d %s", r.status, r.body)
+	}
+	if len(r.header.Values("Set-Cookie")) > 0 {
+		t.Errorf("a bad login set a cookie: %v", r.header.Values("Set-Cookie"))
+	}
+	u.checkNoSecret(t, bad)
+}
+
+// TestClusterModeShowsAndDoesOnlyWhatRBACGrants: a user who may read only
+// one namespace sees only its ManifestSyncs, gets the API server's 403 for
+// another's page and cannot suspend one (its message in #flash); a user
+// who may patch can, and an Event names them. The tokens are never logged
+// nor put in a response.
+func TestClusterModeShowsAndDoesOnlyWhatRBACGrants(t *testing.T) {
+	teamA := env.Namespace(t, nil)
+	other := env.Namespace(t, nil)
+	createSync(t, teamA, "web")
+	createSync(t, teamA, "db")
+	createSync(t, other, "secret-app")
+	reader, readerUser := serviceAccount(t, teamA, "reader")
+	grant(t, teamA, teamA, "reader", "get", "list", "watch")
+	operator, operatorUser := serviceAccount(t, teamA, "operator")
+	grant(t, teamA, teamA, "operator", "get", "list", "watch", "patch")
+
+	u := startUI(t, Options{Mode: ModeCluster, Cache: startCache(t)})
+	c := browser(t)
+
+	// The reader logs in with the form; the session cookie carries on.
+	r := u.do(t, c, http.MethodPost, "/login", "", url.Values{"token": {reader}})
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/" {
+		t.Fatalf("POST /login: %d %q", r.status, r.header.Get("Location"))
+	}
+	cookie := r.header.Get("Set-Cookie")
+	for _, want := range []string{sessionCookie + "=", "HttpOnly", "SameSite=Strict"} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("the session cookie %q has no %s", cookie, want)
+		}
+	}
+	overview := u.do(t, c, http.MethodGet, "/", "", nil)
+	if overview.status != http.StatusOK {
+		t.Fatalf("GET /: %d %s", overview.status, overview.body)
+	}
+	if got, want := rows(overview.body), []string{teamA + "/db", teamA + "/web"}; !slices.Equal(got, want) {
+		t.Errorf("the reader's overview lists %v, want %v", got, want)
+	}
+	if !strings.Contains(overview.body, readerUser) {
+		t.Errorf("the overview does not say who the user is (%s)", readerUser)
+	}
+	if strings.Contains(overview.body, "secret-app") || strings.Contains(overview.body, other) {
+		t.Errorf("the reader's overview shows the other namespace")
+	}
+
+	// Another namespace's page: the API server's refusal.
+	page := u.do(t, c, http.MethodGet, "/ms/"+other+"/secret-app", "", nil)
+	msg := errorOf(page.body)
+	if page.status != http.StatusForbidden || !strings.Contains(msg, "is forbidden") || !strings.Contains(msg, readerUser) ||
+		!strings.Contains(msg, `cannot get resource "manifestsyncs"`) {
+		t.Errorf("GET another namespace's page: %d, #error %q", page.status, msg)
+	}
+	// Its own namespace's page shows the ManifestSync.
+	page = u.do(t, c, http.MethodGet, "/ms/"+teamA+"/web", "", nil)
+	if page.status != http.StatusOK || !strings.Contains(page.body, `id="inputs"`) ||
+		!strings.Contains(page.body, "https://github.com/example/apps/commit/4f2c0a1b2c3d4e5f60718293a4b5c6d7e8f90123") {
+		t.Errorf("GET its own page: %d, no inputs with the commit link: %s", page.status, page.body)
+	}
+
+	// The reader may not patch: the API server's message, 403.
+	r = u.do(t, c, http.MethodPost, "/ms/"+teamA+"/web/actions/suspend", "", url.Values{"confirm": {"yes"}})
+	role, text := flashOf(r.body)
+	if r.status != http.StatusForbidden || role != "alert" || !strings.Contains(text, "is forbidden") || !strings.Contains(text, `cannot patch resource "manifestsyncs"`) {
+		t.Errorf("the reader's suspend: %d, #flash %s %q", r.status, role, text)
+	}
+	ms := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: teamA, Name: "web"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ms.Spec.Suspend {
+		t.Errorf("the reader's refused suspend suspended it")
+	}
+
+	// Without confirm=yes an action only asks.
+	r = u.do(t, c, http.MethodPost, "/ms/"+teamA+"/web/actions/suspend", operator, url.Values{})
+	if r.status != http.StatusOK || !strings.Contains(r.body, `name="confirm" value="yes"`) {
+		t.Errorf("an unconfirmed suspend: %d, no confirmation form", r.status)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: teamA, Name: "web"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ms.Spec.Suspend {
+		t.Fatalf("an unconfirmed suspend suspended it")
+	}
+
+	// The operator (a bearer header) may patch.
+	r = u.do(t, c, http.MethodPost, "/ms/"+teamA+"/web/actions/suspend", operator, url.Values{"confirm": {"yes"}})
+	role, text = flashOf(r.body)
+	if r.status != http.StatusOK || role != "status" {
+		t.Errorf("the operator's suspend: %d, #flash %s %q", r.status, role, text)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: teamA, Name: "web"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if !ms.Spec.Suspend {
+		t.Errorf("after the operator's suspend, spec.suspend is false")
+	}
+	if !strings.Contains(r.body, `data-action="resume"`) {
+		t.Errorf("the page after suspending offers no resume")
+	}
+	var events corev1.EventList
+	if err := env.Client.List(context.Background(), &events, client.InNamespace(teamA)); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range events.Items {
+		if e.Reason == "UISuspend" && e.InvolvedObject.Name == "web" && e.InvolvedObject.Kind == "ManifestSync" {
+			found = strings.Contains(e.Message, operatorUser)
+			if !found {
+				t.Errorf("the UISuspend event does not name %s: %q", operatorUser, e.Message)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no UISuspend event on %s/web", teamA)
+	}
+
+	// Logging out ends the session.
+	if r := u.do(t, c, http.MethodPost, "/logout", "", url.Values{}); r.status != http.StatusSeeOther {
+		t.Errorf("POST /logout: %d", r.status)
+	}
+	if r := u.do(t, c, http.MethodGet, "/", "", nil); r.status != http.StatusSeeOther {
+		t.Errorf("GET / after logging out: %d, want 303", r.status)
+	}
+
+	u.checkNoSecret(t, reader)
+	u.checkNoSecret(t, operator)
+}
+
+// TestStreamSendsAChangeWithinOneSecond: a status update reaches an open
+// stream within a second, and a change of a ManifestSync the user may not
+// get never does.
+func TestStreamSendsAChangeWithinOneSecond(t *testing.T) {
+	mine := env.Namespace(t, nil)
+	other := env.Namespace(t, nil)
+	createSync(t, mine, "app")
+	createSync(t, other, "hidden")
+	token, _ := serviceAccount(t, mine, "viewer")
+	grant(t, mine, mine, "viewer", "get", "list", "watch")
+	u := startUI(t, Options{Mode: ModeCluster})
+	events := u.openStream(t, token)
+	time.Sleep(200 * time.Millisecond) // the stream is subscribed
+
+	update := func(ns, name, message string) time.Time {
+		t.Helper()
+		ms := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
+			t.Fatal(err)
+		}
+		ms.Status.Conditions[0].Message = message
+		at := time.Now()
+		if err := env.Client.Status().Update(context.Background(), ms); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	update(other, "hidden", "changed where the viewer may not look")
+	at := update(mine, "app", "changed")
+	deadline := time.After(time.Second)
+	for {
+		select {
+		case ev := <-events:
+			var ch change
+			if err := json.Unmarshal([]byte(ev.data), &ch); err != nil {
+				t.Fatalf("event data %q: %v", ev.data, err)
+			}
+			if ev.event != "change" {
+				t.Fatalf("event %q", ev.event)
+			}
+			if ch.Namespace == other {
+				t.Fatalf("the stream sent a change the viewer may not get: %s", ev.data)
+			}
+			if ch.Namespace == mine && ch.Name == "app" && ch.Kind == "ManifestSync" {
+				t.Logf("the change arrived after %v", ev.at.Sub(at))
+				u.checkNoSecret(t, token)
+				return
+			}
+		case <-deadline:
+			t.Fatal("no change within 1 s of the status update")
+		}
+	}
+}
+
+// TestLocalModeRefusesAForeignHost: a request whose Host is a name other
+// than localhost (a DNS rebinding) is refused; an address or localhost is
+// served.
+func TestLocalModeRefusesAForeignHost(t *testing.T) {
+	u := startUI(t, Options{Mode: ModeLocal})
+	port := u.Listener.Addr().String()[strings.LastIndex(u.Listener.Addr().String(), ":"):]
+	for host, want := range map[string]int{
+		"attacker.example" + port: http.StatusMisdirectedRequest,
+		"attacker.example":        http.StatusMisdirectedRequest,
+		"127.0.0.1" + port:        http.StatusOK,
+		"localhost" + port:        http.StatusOK,
+		"[::1]" + port:            http.StatusOK,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, u.URL+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestLocalModeActsAsTheKubeconfigUser: in local mode the overview lists
+// what the kubeconfig may list, with the contract's attributes, and an
+// action is done (and its event recorded) with the kubeconfig.
+func TestLocalModeActsAsTheKubeconfigUser(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	r := u.do(t, c, http.MethodGet, "/?ns="+ns, "", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /: %d", r.status)
+	}
+	if got := rows(r.body); !slices.Equal(got, []string{ns + "/app"}) {
+		t.Errorf("the overview of %s lists %v", ns, got)
+	}
+	for _, want := range []string{`data-ready="True"`, `data-health="Healthy"`, `data-suspended="false"`, `data-drifted="false"`,
+		`<span data-count="total">1</span>`, `<span data-count="ready">1</span>`, `<code title="sha256:0123456789abcdef0123456789abcdef">sha256:0123456789ab</code>`,
+		`href="/ms/` + ns + `/app"`, ">1/1<"} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the overview has no %s", want)
+		}
+	}
+	if st := r.header.Get("Server-Timing"); !strings.HasPrefix(st, "app;dur=") {
+		t.Errorf("Server-Timing %q", st)
+	}
+	// The fragment is <main>'s content alone.
+	req, _ := http.NewRequest(http.MethodGet, u.URL+"/?ns="+ns, nil)
+	req.Header.Set("X-Fragment", "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET / X-Fragment: %d", resp.StatusCode)
+	}
+
+	r = u.do(t, c, http.MethodPost, "/ms/"+ns+"/app/actions/sync", "", url.Values{"confirm": {"yes"}})
+	if role, text := flashOf(r.body); r.status != http.StatusOK || role != "status" {
+		t.Errorf("sync now: %d, #flash %s %q", r.status, role, text)
+	}
+	ms := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "app"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := time.Parse(time.RFC3339Nano, ms.Annotations["manifestsync.dev/requested-at"]); err != nil || time.Since(at) > time.Minute {
+		t.Errorf("requested-at %q after sync now", ms.Annotations["manifestsync.dev/requested-at"])
+	}
+	testEvent(t, ns, "app", "UISync")
+}
+
+// TestCrossOriginPostIsRefused: a POST a foreign page makes the browser
+// send is refused before it acts.
+func TestCrossOriginPostIsRefused(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	u := startUI(t, Options{Mode: ModeLocal})
+	req, _ := http.NewRequest(http.MethodPost, u.URL+"/ms/"+ns+"/app/actions/suspend", strings.NewReader("confirm=yes"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://attacker.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cross-site POST: %d, want 403", resp.StatusCode)
+	}
+	ms := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "app"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ms.Spec.Suspend {
+		t.Errorf("a cross-site POST suspended it")
+	}
+}
+
+// testEvent fails t unless the ManifestSync has an event of reason.
+func testEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	var events corev1.EventList
+	if err := env.Client.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == name {
+			return
+		}
+	}
+	t.Errorf("no %s event on %s/%s", reason, ns, name)
+}
