@@ -55,14 +55,15 @@ func Diff(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, eval 
 	}
 	objdiff.RedactDiffs(diffs, res.Redactor)
 	for _, d := range diffs {
-		od := ObjectDiff{Target: d.Target, Object: d.Describe(), Action: string(d.Action)}
+		// A name may be a Secret's value too (a hostile transform's).
+		od := ObjectDiff{Target: res.Redactor.String(d.Target), Object: res.Redactor.String(d.Describe()), Action: string(d.Action)}
 		if d.Err != nil {
 			od.Error = d.Err.Error()
 		}
 		switch d.Action {
 		case controller.ActionCreated, controller.ActionConfigured, controller.ActionPruned:
 			var b strings.Builder
-			name := d.Target + "/" + d.Describe()
+			name := od.Target + "/" + od.Object
 			if err := objdiff.Write(&b, "live/"+name, "desired/"+name, d.Live, d.Desired, res.Redactor); err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
