@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -35,8 +37,9 @@ import (
 // must be Ready on the local control plane within its bound, the mirror
 // example must have made its copies in the namespaces the demo labelled,
 // engine diff must find nothing to change in the sync file the demo wrote
-// for each example, and then, unless DEMO_DOC_COMMANDS=0, every command of README.md and
-// docs/ that talks to the demo's cluster must exit as its page says.
+// for each example, the web UI's overview must list every example, and
+// then, unless DEMO_DOC_COMMANDS=0, every command of README.md and docs/
+// that talks to the demo's cluster must exit as its page says.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and the operator")
@@ -46,12 +49,14 @@ func TestDemo(t *testing.T) {
 	whenReady := func(ctx context.Context, d *demo) error {
 		checkMirrorCopies(ctx, t, d)
 		checkDiffsClean(ctx, t, d)
+		checkUI(ctx, t, d)
 		if os.Getenv("DEMO_DOC_COMMANDS") != "0" {
 			runDocCommands(ctx, t, d)
 		}
 		return nil
 	}
-	if err := run(ctx, options{exitWhenReady: true, whenReady: whenReady}); err != nil {
+	// A free port: a UI (or a demo) of the user's may hold the default.
+	if err := run(ctx, options{exitWhenReady: true, whenReady: whenReady, uiAddr: "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -91,6 +96,60 @@ func checkMirrorCopies(ctx context.Context, t *testing.T, d *demo) {
 		err := d.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "internal-ca-key"}, &corev1.Secret{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("Secret %s/internal-ca-key, which the mirror example excludes: %v, want not found", ns, err)
+		}
+	}
+}
+
+// checkUI checks that the web UI the demo serves answers at the address it
+// printed, with an overview listing every example's ManifestSync (a row
+// tr[data-ms="NAMESPACE/NAME"], Ready): its watch has seen them all
+// within a few seconds of their being Ready.
+func checkUI(ctx context.Context, t *testing.T, d *demo) {
+	t.Helper()
+	if !strings.HasPrefix(d.ui, "http://127.0.0.1:") {
+		t.Fatalf("the demo's UI is at %q, want http://127.0.0.1:PORT/", d.ui)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	var missing []string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.ui, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing = nil
+		res, err := c.Do(req)
+		if err != nil {
+			missing = []string{err.Error()}
+		} else {
+			body, rerr := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+			res.Body.Close()
+			switch {
+			case rerr != nil:
+				missing = []string{rerr.Error()}
+			case res.StatusCode != http.StatusOK:
+				missing = []string{fmt.Sprintf("GET %s: %s", d.ui, res.Status)}
+			default:
+				for _, ex := range d.examples {
+					row := fmt.Sprintf(`data-ms="%s/%s"`, ex.ms.Namespace, ex.ms.Name)
+					i := strings.Index(string(body), row)
+					if i < 0 {
+						missing = append(missing, ex.ms.Namespace+"/"+ex.ms.Name)
+						continue
+					}
+					// The row's tag, all its attributes.
+					start := max(0, strings.LastIndex(string(body[:i]), "<tr"))
+					tag, _, _ := strings.Cut(string(body[start:]), ">")
+					if !strings.Contains(tag, `data-ready="True"`) {
+						missing = append(missing, ex.ms.Namespace+"/"+ex.ms.Name+" (not Ready: "+tag+")")
+					}
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("the UI's overview at %s lacks rows tr[data-ms] for, or shows not Ready: %v", d.ui, missing)
 		}
 	}
 }
@@ -379,8 +438,9 @@ func TestShownPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hint := closingHint(filepath.Join(wd, "bin", "engine"), filepath.Join(wd, "bin", "demo", "kubeconfig"))
+	hint := closingHint(filepath.Join(wd, "bin", "engine"), filepath.Join(wd, "bin", "demo", "kubeconfig"), "http://127.0.0.1:8090/")
 	for _, want := range []string{
+		"\n    UI: http://127.0.0.1:8090/\n",
 		"\n    bin/engine status --kubeconfig bin/demo/kubeconfig\n",
 		"\n    bin/engine status mirror -n platform --kubeconfig bin/demo/kubeconfig\n",
 		"\n==> bin/demo/examples/NAME/sync.yaml is each example as the demo applied it",

@@ -4,7 +4,10 @@
 // assets `make envtest` provides in bin/envtest), installs the CRD, runs
 // `engine operator` against it, serves the examples' Git sources from a git
 // daemon on 127.0.0.1, applies the examples, and shows each ManifestSync's
-// status, the objects it produced and its Deployments rolling out. It
+// status, the objects it produced and its Deployments rolling out, and
+// serves the web UI (package ui, as engine ui does, as the cluster's
+// administrator) on 127.0.0.1:8090, or a free port when that one is taken,
+// printing its address. It
 // writes each example as it applied it (renamed, its target namespaces
 // prefixed, its Git sources on the daemon) to bin/demo/examples/NAME, with
 // the local copies of its object sources, for `engine diff -f`. It runs
@@ -23,6 +26,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -44,6 +48,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -59,6 +64,7 @@ import (
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"
 	"github.com/manifestsync/manifestsync/stdlib"
+	"github.com/manifestsync/manifestsync/ui"
 )
 
 // readyTimeout bounds the wait for Ready under DEMO_EXIT=1.
@@ -101,7 +107,14 @@ type options struct {
 	// whenReady, when set, runs then, against the running cluster, before
 	// the demo stops it; its error is the demo's.
 	whenReady func(ctx context.Context, d *demo) error
+	// uiAddr is where the web UI listens; "" is uiAddr's default, with a
+	// free port when that one is taken.
+	uiAddr string
 }
+
+// uiAddr is where the demo serves the web UI unless the port is taken:
+// engine ui's default.
+const uiAddr = "127.0.0.1:8090"
 
 // demo is what a running demo shows its whenReady: where its cluster is.
 type demo struct {
@@ -115,6 +128,8 @@ type demo struct {
 	client client.Client
 	// examples are the examples applied, in the order of their names.
 	examples []example
+	// ui is the web UI's address, http://127.0.0.1:PORT/.
+	ui string
 }
 
 // quietLogs sends controller-runtime's log (the client's and envtest's)
@@ -178,6 +193,13 @@ func run(ctx context.Context, opts options) error {
 	}
 	defer stopOperator()
 
+	uiURL, stopUI, err := startUI(ctx, cp.Config, opts.uiAddr)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
+	say("UI: " + uiURL + " (every ManifestSync, live; as the cluster's administrator)")
+
 	syncs, err := applyExamples(ctx, c, root, work, gitURL)
 	if err != nil {
 		return err
@@ -205,11 +227,11 @@ func run(ctx context.Context, opts options) error {
 		}
 		say("every ManifestSync is Ready and every Deployment Available")
 		if opts.whenReady != nil {
-			return opts.whenReady(ctx, &demo{root: root, engine: engineBin, kubeconfig: kubeconfig, client: c, examples: syncs})
+			return opts.whenReady(ctx, &demo{root: root, engine: engineBin, kubeconfig: kubeconfig, client: c, examples: syncs, ui: uiURL})
 		}
 		return nil
 	}
-	fmt.Print(closingHint(engineBin, kubeconfig))
+	fmt.Print(closingHint(engineBin, kubeconfig, uiURL))
 	say("press Ctrl-C to stop")
 	<-ctx.Done()
 	return nil
@@ -217,15 +239,18 @@ func run(ctx context.Context, opts options) error {
 
 func say(msg string) { fmt.Printf("==> %s\n", msg) }
 
-// closingHint says how to look at the demo's cluster while it runs: with
-// the engine program it built (the project provides no kubectl) and its
-// kubeconfig, as paths a user in the repository's root types; and how to
-// diff an example, as the demo applied it (under examples, beside the
-// kubeconfig), with what the cluster holds.
-func closingHint(engine, kubeconfig string) string {
+// closingHint says how to look at the demo's cluster while it runs: in
+// the web UI at uiURL; with the engine program it built (the project
+// provides no kubectl) and its kubeconfig, as paths a user in the
+// repository's root types; and how to diff an example, as the demo
+// applied it (under examples, beside the kubeconfig), with what the
+// cluster holds.
+func closingHint(engine, kubeconfig, uiURL string) string {
 	e, kc := shown(engine), shown(kubeconfig)
 	applied := filepath.Join(filepath.Dir(kc), "examples")
-	return "==> the control plane keeps running; see every ManifestSync, and one's objects, with:\n" +
+	return "==> the control plane keeps running; see every ManifestSync, and one's objects, in the web UI:\n" +
+		fmt.Sprintf("    UI: %s\n", uiURL) +
+		"==> or with:\n" +
 		fmt.Sprintf("    %s status --kubeconfig %s\n", e, kc) +
 		fmt.Sprintf("    %s status mirror -n platform --kubeconfig %s\n", e, kc) +
 		fmt.Sprintf("==> %s/NAME/sync.yaml is each example as the demo applied it; what syncing it would change (nothing: exit 0):\n", applied) +
@@ -245,6 +270,52 @@ func shown(path string) string {
 		return path
 	}
 	return rel
+}
+
+// startUI serves the web UI as engine ui does (ModeLocal), with the
+// control plane's administrator's config, on addr (uiAddr when empty),
+// or on a free port of 127.0.0.1 when that one is taken; it returns the
+// UI's URL and how to stop it. The diff view says it is not available:
+// its evaluator is engine ui's, which runs evaluations in worker
+// processes of bin/engine.
+func startUI(ctx context.Context, cfg *rest.Config, addr string) (string, func(), error) {
+	if addr == "" {
+		addr = uiAddr
+	}
+	srv, err := ui.New(ui.Options{Mode: ui.ModeLocal, Config: rest.CopyConfig(cfg), Log: quietLogs(os.Stderr).WithName("ui")})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return "", nil, fmt.Errorf("ui: %w", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := srv.Start(ctx); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "demo: ui:", err)
+		}
+	}()
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = hs.Serve(ln)
+	}()
+	return "http://" + ln.Addr().String() + "/", func() {
+		cancel()
+		shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
+		defer done()
+		if hs.Shutdown(shutdown) != nil {
+			_ = hs.Close()
+		}
+		<-served
+		<-watched
+	}, nil
 }
 
 // startControlPlane starts envtest with the CRD and writes an admin
