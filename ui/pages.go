@@ -113,6 +113,9 @@ type overviewData struct {
 	States     []string
 	// Synced is false while the watch has not listed everything yet.
 	Synced bool
+	// Scope is the one namespace shown when the kubeconfig may not list
+	// ManifestSyncs in every namespace.
+	Scope string
 }
 
 type counts struct {
@@ -133,6 +136,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, c *caller) {
 	}
 	all, synced := s.store.list()
 	d.Synced = synced
+	d.Scope = s.store.watchScope()
 	visible := s.visibleNamespaces(r.Context(), c, all)
 	search := strings.ToLower(d.Q)
 	nsSet := map[string]bool{}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -91,6 +92,9 @@ type store struct {
 	rows   map[string]row
 	sorted []row // rows by key; nil when stale
 	synced bool
+	// scope is the one namespace the own watch sees, when it may not see
+	// them all (ModeLocal); "" for all.
+	scope string
 
 	subMu sync.Mutex
 	subs  map[*subscriber]struct{}
@@ -124,6 +128,13 @@ func (st *store) remove(ns, name string) {
 	st.sorted = nil
 	st.mu.Unlock()
 	st.publish(change{Kind: "ManifestSync", Namespace: ns, Name: name})
+}
+
+// watchScope is the one namespace the watch sees, or "" for all.
+func (st *store) watchScope() string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.scope
 }
 
 // list is every row, sorted by namespace and name; it must not be changed.
@@ -211,6 +222,9 @@ func (s *Server) runWatch(ctx context.Context) error {
 			DefaultTransform: cache.TransformStripManagedFields()}
 		if ns := s.watchNamespace(ctx); ns != "" {
 			opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+			s.store.mu.Lock()
+			s.store.scope = ns
+			s.store.mu.Unlock()
 		}
 		var err error
 		if c, err = cache.New(s.opts.Config, opts); err != nil {
@@ -254,17 +268,23 @@ func (s *Server) runWatch(ctx context.Context) error {
 }
 
 // watchNamespace is "" when the own watch may list ManifestSyncs in every
-// namespace, else Options.Namespace (ModeLocal's fallback).
+// namespace, else (ModeLocal's fallback when the API server forbids it)
+// Options.Namespace, or "default" when there is none.
 func (s *Server) watchNamespace(ctx context.Context) string {
-	if s.opts.Mode != ModeLocal || s.opts.Namespace == "" {
+	if s.opts.Mode != ModeLocal {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var l v1alpha1.ManifestSyncList
-	if err := s.base.List(ctx, &l, client.Limit(1)); err != nil {
-		s.log.Info("cannot list ManifestSyncs in every namespace; showing one namespace", "namespace", s.opts.Namespace, "error", err.Error())
-		return s.opts.Namespace
+	err := s.base.List(ctx, &l, client.Limit(1))
+	if err == nil || !apierrors.IsForbidden(err) {
+		return ""
 	}
-	return ""
+	ns := s.opts.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	s.log.Info("cannot list ManifestSyncs in every namespace; showing one namespace", "namespace", ns, "error", err.Error())
+	return ns
 }

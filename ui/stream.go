@@ -76,6 +76,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			// The session may have ended (a log-out, an expired token):
+			// the stream ends with it.
+			if _, err := s.authenticate(r); err != nil {
+				return
+			}
 			if !write(": keep-alive\n\n") {
 				return
 			}

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -372,4 +373,169 @@ func testEvent(t *testing.T, ns, name, reason string) {
 		}
 	}
 	t.Errorf("no %s event on %s/%s", reason, ns, name)
+}
+
+// TestRollbackAndUndoFromTheHistoryPage: the history page lists the
+// entries with a rollback button each; a rollback pins the git source to
+// the entry's commit, offers an undo, and the undo restores the ref; each
+// leaves its event.
+func TestRollbackAndUndoFromTheHistoryPage(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	path := "/ms/" + ns + "/app"
+
+	r := u.do(t, c, http.MethodGet, path+"/history", "", nil)
+	for _, want := range []string{`<table id="history"`, `<tr data-entry="0"`, `data-action="rollback" data-entry="0"`, `aria-current="page">History`} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the history page has no %s", want)
+		}
+	}
+	if strings.Contains(r.body, `data-action="undo"`) {
+		t.Errorf("the history page offers an undo before any rollback")
+	}
+
+	r = u.do(t, c, http.MethodPost, path+"/actions/rollback", "", url.Values{"entry": {"0"}, "confirm": {"yes"}})
+	if role, text := flashOf(r.body); r.status != http.StatusOK || role != "status" || !strings.Contains(text, "Rolled back to history entry 0") {
+		t.Fatalf("rollback: %d, #flash %s %q", r.status, role, text)
+	}
+	ms := &v1alpha1.ManifestSync{}
+	key := client.ObjectKey{Namespace: ns, Name: "app"}
+	if err := env.Client.Get(context.Background(), key, ms); err != nil {
+		t.Fatal(err)
+	}
+	if got := ms.Spec.Sources[0].Git.Ref.Commit; got != "4f2c0a1b2c3d4e5f60718293a4b5c6d7e8f90123" {
+		t.Errorf("after the rollback the source's ref.commit is %q", got)
+	}
+	if !strings.Contains(r.body, `data-action="undo"`) {
+		t.Errorf("the page after a rollback offers no undo")
+	}
+	testEvent(t, ns, "app", "UIRollback")
+
+	r = u.do(t, c, http.MethodPost, path+"/actions/undo", "", url.Values{"confirm": {"yes"}})
+	if role, text := flashOf(r.body); r.status != http.StatusOK || role != "status" {
+		t.Fatalf("undo: %d, #flash %s %q", r.status, role, text)
+	}
+	if err := env.Client.Get(context.Background(), key, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ref := ms.Spec.Sources[0].Git.Ref; ref.Commit != "" || ref.Branch != "main" {
+		t.Errorf("after the undo the source's ref is %+v", ref)
+	}
+	testEvent(t, ns, "app", "UIUndo")
+
+	// A rollback to an entry that is not there is the history's error.
+	r = u.do(t, c, http.MethodPost, path+"/actions/rollback", "", url.Values{"entry": {"7"}, "confirm": {"yes"}})
+	if role, text := flashOf(r.body); role != "alert" || !strings.Contains(text, "no history entry 7") {
+		t.Errorf("a rollback to entry 7: %d, #flash %s %q", r.status, role, text)
+	}
+}
+
+// TestOverviewFiltersAndCounts: the namespace, search and state filters
+// pick the rows; the counts are of the namespace and search, by state.
+func TestOverviewFiltersAndCounts(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "frontend")
+	createSync(t, ns, "backend")
+	failing := createSync(t, ns, "payments")
+	failing.Status.Conditions[0].Status = "False"
+	failing.Status.Conditions[0].Reason = v1alpha1.ReasonApplyFailed
+	failing.Status.Conditions[0].Message = "the API server said no"
+	failing.Status.Conditions[1].Status = "False"
+	failing.Status.Conditions[1].Reason = v1alpha1.ReasonHealthCheckFailed
+	failing.Status.Inventory[0].Drifted = true
+	if err := env.Client.Status().Update(context.Background(), failing); err != nil {
+		t.Fatal(err)
+	}
+	suspended := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "backend"}, suspended); err != nil {
+		t.Fatal(err)
+	}
+	suspended.Spec.Suspend = true
+	if err := env.Client.Update(context.Background(), suspended); err != nil {
+		t.Fatal(err)
+	}
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	for _, tc := range []struct {
+		query string
+		rows  []string
+	}{
+		{"", []string{ns + "/backend", ns + "/frontend", ns + "/payments"}},
+		{"&state=ready", []string{ns + "/frontend"}}, // backend's spec changed: not Ready at its generation
+		{"&state=notready", []string{ns + "/backend", ns + "/payments"}},
+		{"&state=suspended", []string{ns + "/backend"}},
+		{"&state=drifted", []string{ns + "/payments"}},
+		{"&state=degraded", []string{ns + "/payments"}},
+		{"&q=FRONT", []string{ns + "/frontend"}},
+		{"&q=said+no", []string{ns + "/payments"}},
+	} {
+		r := u.do(t, c, http.MethodGet, "/?ns="+ns+tc.query, "", nil)
+		if got := rows(r.body); !slices.Equal(got, tc.rows) {
+			t.Errorf("?ns=%s%s lists %v, want %v", ns, tc.query, got, tc.rows)
+		}
+	}
+	r := u.do(t, c, http.MethodGet, "/?ns="+ns, "", nil)
+	for _, want := range []string{`<span data-count="total">3</span>`, `<span data-count="ready">1</span>`, `<span data-count="notready">2</span>`,
+		`<span data-count="suspended">1</span>`, `<span data-count="drifted">1</span>`,
+		`<tr data-ms="` + ns + `/payments" data-ready="False" data-health="Degraded" data-suspended="false" data-drifted="true">`} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the overview has no %s", want)
+		}
+	}
+}
+
+// TestPagesOfOneManifestSync: the tree tab shows inputs, conditions and
+// the target's objects; the diff tab says it is not available without an
+// evaluator; the events tab lists the events newest first; a fragment is
+// <main>'s content alone; a missing ManifestSync is the API server's 404.
+func TestPagesOfOneManifestSync(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	path := "/ms/" + ns + "/app"
+
+	r := u.do(t, c, http.MethodGet, path, "", nil)
+	for _, want := range []string{`<nav class="tabs"`, `id="inputs"`, `<table id="conditions"`, `data-condition="Ready"`,
+		`<section class="target" data-target="app"`, `<div class="wave" data-wave="0">`,
+		`data-object="ConfigMap ` + ns + `/cfg"`, `data-state="Synced"`, `data-managed="true"`, `data-action="sync"`, `data-action="suspend"`} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the tree page has no %s", want)
+		}
+	}
+	r = u.do(t, c, http.MethodGet, path+"/diff", "", nil)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `id="diff-unavailable"`) {
+		t.Errorf("the diff page without an evaluator: %d", r.status)
+	}
+
+	for range 2 {
+		r := u.do(t, c, http.MethodPost, path+"/actions/sync", "", url.Values{"confirm": {"yes"}})
+		if r.status != http.StatusOK {
+			t.Fatalf("sync now: %d", r.status)
+		}
+		time.Sleep(1100 * time.Millisecond) // events' times are in seconds
+	}
+	r = u.do(t, c, http.MethodGet, path+"/events", "", nil)
+	if n := strings.Count(r.body, `data-reason="UISync"`); r.status != http.StatusOK || n != 2 {
+		t.Errorf("the events page: %d with %d UISync events, want 2", r.status, n)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, u.URL+path, nil)
+	req.Header.Set("X-Fragment", "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "<html") || strings.Contains(string(b), `<main`) || !strings.Contains(string(b), `<nav class="tabs"`) {
+		t.Errorf("the fragment is not <main>'s content: %.300s", b)
+	}
+
+	r = u.do(t, c, http.MethodGet, "/ms/"+ns+"/nothing", "", nil)
+	if r.status != http.StatusNotFound || !strings.Contains(errorOf(r.body), `"nothing" not found`) {
+		t.Errorf("a missing ManifestSync: %d, #error %q", r.status, errorOf(r.body))
+	}
 }

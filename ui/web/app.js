@@ -110,6 +110,22 @@
     applyFilter(ev.target);
   });
 
+  // Relative times ("5m ago") stay true on a page left open.
+  function ago(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + "s ago";
+    if (s < 3600) return Math.floor(s / 60) + "m ago";
+    if (s < 172800) return Math.floor(s / 3600) + "h ago";
+    return Math.floor(s / 86400) + "d ago";
+  }
+  setInterval(function () {
+    document.querySelectorAll("time[datetime]").forEach(function (t) {
+      if (!/ ago$/.test(t.textContent)) return;
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (!isNaN(at)) t.textContent = ago(Date.now() - at);
+    });
+  }, 15000);
+
   // The live stream.
   if (body.getAttribute("data-live") === "1" && window.EventSource) {
     var live = document.getElementById("live");
