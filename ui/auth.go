@@ -71,7 +71,7 @@ var errUnauthenticated = errors.New("not logged in")
 // of the session cookie, checked by TokenReview.
 func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	if s.opts.Mode == ModeLocal {
-		return &caller{id: &identity{Name: s.localUserName(r.Context()), key: "local"}, client: s.base}, nil
+		return &caller{id: &identity{Name: s.localUserName(), key: "local"}, client: s.base}, nil
 	}
 	token, session := "", ""
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -108,6 +108,11 @@ func (s *Server) reviewToken(ctx context.Context, token string) (*identity, erro
 			return nil, errUnauthenticated
 		}
 		return id, nil
+	}
+	// Tokens not seen before cost a request to the API server each: a
+	// flood of made-up ones waits here rather than flooding it.
+	if err := s.reviewLimit.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("token review: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -154,9 +159,9 @@ func (s *Server) clientFor(id *identity) (client.Client, error) {
 
 // localUserName is the kubeconfig's user as the API server knows it (a
 // SelfSubjectReview), for the events of actions; "" when it cannot say.
-func (s *Server) localUserName(ctx context.Context) string {
+func (s *Server) localUserName() string {
 	s.localUserOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := s.clientset.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err != nil {

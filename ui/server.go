@@ -124,7 +124,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot start a session", http.StatusInternalServerError)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
@@ -134,7 +134,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		s.sessions.remove(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	to := "/login"
 	if s.opts.Mode == ModeLocal {
@@ -160,4 +160,10 @@ func serverTiming(r *http.Request) string {
 		return ""
 	}
 	return fmt.Sprintf("app;dur=%.2f", float64(time.Since(start).Microseconds())/1000)
+}
+
+// secure reports whether the browser reached the UI over https (directly,
+// or through a proxy that says so), so that the cookie is sent only so.
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }

@@ -15,13 +15,15 @@ type streamCount struct {
 	byUser map[string]int
 }
 
-func (c *streamCount) acquire(user string) bool {
+// acquire counts a new stream of user, unless there are too many; perUser
+// 0 is no limit per user.
+func (c *streamCount) acquire(user string, perUser int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byUser == nil {
 		c.byUser = map[string]int{}
 	}
-	if c.total >= maxStreams || c.byUser[user] >= maxStreamsPerUser {
+	if c.total >= maxStreams || (perUser > 0 && c.byUser[user] >= perUser) {
 		return false
 	}
 	c.total++
@@ -44,7 +46,12 @@ func (c *streamCount) release(user string) {
 // request.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
 	rc := http.NewResponseController(w)
-	if !s.streams.acquire(c.id.key) {
+	// In ModeLocal every stream is the one user's: only the total counts.
+	perUser := maxStreamsPerUser
+	if s.opts.Mode == ModeLocal {
+		perUser = 0
+	}
+	if !s.streams.acquire(c.id.key, perUser) {
 		http.Error(w, "too many open streams", http.StatusTooManyRequests)
 		return
 	}

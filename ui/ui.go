@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -115,8 +116,10 @@ type Server struct {
 	store    *store
 	sessions *sessions
 	reviews  *ttlCache[*identity]
-	access   *ttlCache[bool]
-	clients  *lru[client.Client]
+	// reviewLimit bounds the TokenReviews of tokens not in reviews.
+	reviewLimit *rate.Limiter
+	access      *ttlCache[bool]
+	clients     *lru[client.Client]
 
 	localUserOnce sync.Once
 	localUser     string
@@ -160,18 +163,19 @@ func New(opts Options) (*Server, error) {
 		log = logr.Discard()
 	}
 	s := &Server{
-		opts:       opts,
-		log:        log,
-		scheme:     scheme,
-		base:       base,
-		clientset:  clientset,
-		mapper:     mapper,
-		httpClient: httpClient,
-		store:      newStore(),
-		sessions:   newSessions(),
-		reviews:    newTTLCache[*identity](maxTokenReviews),
-		access:     newTTLCache[bool](maxAccessReviews),
-		clients:    newLRU[client.Client](maxUserClients),
+		opts:        opts,
+		log:         log,
+		scheme:      scheme,
+		base:        base,
+		clientset:   clientset,
+		mapper:      mapper,
+		httpClient:  httpClient,
+		store:       newStore(),
+		sessions:    newSessions(),
+		reviews:     newTTLCache[*identity](maxTokenReviews),
+		reviewLimit: rate.NewLimiter(rate.Limit(20), 50),
+		access:      newTTLCache[bool](maxAccessReviews),
+		clients:     newLRU[client.Client](maxUserClients),
 	}
 	if err := parseTemplates(); err != nil {
 		return nil, err
