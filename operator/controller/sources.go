@@ -338,15 +338,27 @@ func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync
 // another namespace only when it shares itself with ms's namespace. The
 // error is accessRefused's.
 func allowed(ms *v1alpha1.ManifestSync, ref objectRef, annotations map[string]string) error {
-	if ref.namespace == ms.Namespace {
+	if SharedWith(ms.Namespace, ref.namespace, annotations) {
 		return nil
 	}
+	return accessRefused(ms, ref)
+}
+
+// SharedWith reports whether an object of namespace objNamespace, with
+// annotations, may be read as a source by a ManifestSync of namespace
+// home: one of its own namespace always, one of another only when its
+// AllowNamespacesAnnotation names home or "*". The web UI's evaluation
+// keeps to it as the operator does.
+func SharedWith(home, objNamespace string, annotations map[string]string) bool {
+	if objNamespace == home {
+		return true
+	}
 	for _, ns := range strings.Split(annotations[AllowNamespacesAnnotation], ",") {
-		if ns = strings.TrimSpace(ns); ns == "*" || ns == ms.Namespace {
-			return nil
+		if ns = strings.TrimSpace(ns); ns == "*" || ns == home {
+			return true
 		}
 	}
-	return accessRefused(ms, ref)
+	return false
 }
 
 // accessRefused is the one error of an object source of another namespace
