@@ -7,7 +7,10 @@
 "use strict";
 (function () {
   var body = document.body;
-  var self = body.getAttribute("data-self") || location.pathname + location.search;
+  var self = body.getAttribute("data-self") || "";
+  if (self.charAt(0) !== "/" || self.charAt(1) === "/" || self.charAt(1) === "\\") {
+    self = location.pathname + location.search; // only a path of this origin
+  }
   if (self !== location.pathname + location.search) {
     // A POST's answer shows the page it acted on: make the address that page.
     history.replaceState(null, "", self);
