@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,17 +43,27 @@ const (
 // evaluation runs in the sandboxed worker pool of the offline commands.
 type uiEvaluator struct {
 	pool *worker.Pool
+	// git is the evaluator's own: `engine operator` keeps its GitCache in
+	// gitCacheDir, and a cache directory is one Fetcher's at a time.
+	git *git.Fetcher
 }
 
 // newUIEvaluator starts the worker pool of command's evaluations (one
 // worker of the default --max-memory, killed at uiEvalTimeout) and returns
-// the Evaluator and what stops the pool.
+// the Evaluator and what stops the pool and removes its git cache (a
+// temporary directory).
 func newUIEvaluator(cmdName string) (inspect.Evaluator, func(), error) {
+	dir, err := os.MkdirTemp("", "manifestsync-ui-eval-git-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: the UI's git cache: %w", cmdName, err)
+	}
 	pool, stop, err := newSandbox(cmdName, defaultMaxMemory, uiEvalTimeout)
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
-	return &uiEvaluator{pool: pool}, stop, nil
+	e := &uiEvaluator{pool: pool, git: git.New(git.Options{CacheDir: dir, Timeout: uiFetchTimeout})}
+	return e, func() { stop(); _ = os.RemoveAll(dir) }, nil
 }
 
 // Evaluate implements inspect.Evaluator. Its errors name the source or the
@@ -63,7 +74,7 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 	defer cancel()
 	res := source.Resolver{
 		Namespace: ms.Namespace,
-		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: inspect.GitCredentials(c, ms.Namespace)},
+		Git:       git.Provider{Fetcher: e.git, Credentials: inspect.GitCredentials(c, ms.Namespace)},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: inspect.HelmCredentials(c, ms.Namespace)},
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			if src.Cluster != nil {
