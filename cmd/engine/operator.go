@@ -39,6 +39,7 @@ type operatorFlags struct {
 	probeAddr      string
 	pprofAddr      string
 	webhookAddr    string
+	uiAddr         string
 	leaderElect    bool
 	leaderElectNS  string
 	shutdownGrace  time.Duration
@@ -78,6 +79,18 @@ Secret of its namespace (key "token") fetches its sources at once when a
 call signed with that secret arrives. The receiver speaks plain HTTP: expose
 it through an Ingress (or a proxy) that terminates TLS. Every replica
 serves it, leader or not.
+
+With --ui-bind-address, it also serves the web UI (docs/ui.md): every
+replica, leader or not. Each visitor signs in with a bearer token of their
+own (a service account's, or an OIDC token the API server accepts), which
+the UI checks with a TokenReview; it then reads and acts as that user by
+impersonation, never with the operator's rights, so that nobody sees or
+does through it what kubectl would refuse them. That takes the operator's
+rights to create tokenreviews and subjectaccessreviews and to impersonate
+users, groups, service accounts, uids and user extras (the chart's
+ui.enabled grants them). The UI reads ManifestSyncs from the operator's
+own cache: it adds no watch. It speaks plain HTTP: expose it through an
+Ingress that terminates TLS, or reach it with kubectl port-forward.
 
 With --instance-id, the operator's field manager is manifestsync-ID and the
 owner label of its objects "<namespace>.<name>_ID": operators of several
@@ -147,6 +160,7 @@ nine tenths of what the evaluation workers leave of it.`,
 	fl.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
 	fl.StringVar(&f.pprofAddr, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof/ endpoints, such as "127.0.0.1:6060"; "0" disables them (profiles show what the operator holds: do not expose them)`)
 	fl.StringVar(&f.webhookAddr, "webhook-bind-address", "0", `address of the Git webhook receiver (plain HTTP), such as ":9443"; "0" disables it`)
+	fl.StringVar(&f.uiAddr, "ui-bind-address", "0", `address of the web UI (plain HTTP; each visitor signs in with a token and is impersonated), such as ":8090"; "0" disables it`)
 	fl.StringVar(&f.reconcilerOpts.InstanceID, "instance-id", "", "identity of this operator among several writing to the same clusters; part of its field manager and owner label")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fl.StringVar(&f.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease; default: the pod's")
@@ -307,7 +321,12 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 			return fmt.Errorf("operator: %w", err)
 		}
 	}
-	log.Info("starting", "version", buildVersion(), "instance", f.reconcilerOpts.InstanceID, "webhook", f.webhookAddr, "host", cfg.Host, "leaderElection", f.leaderElect, "concurrency", f.concurrency)
+	stopUI, err := addOperatorUI(mgr, f.uiAddr, f.reconcilerOpts.InstanceID)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
+	log.Info("starting", "version", buildVersion(), "instance", f.reconcilerOpts.InstanceID, "webhook", f.webhookAddr, "ui", f.uiAddr, "host", cfg.Host, "leaderElection", f.leaderElect, "concurrency", f.concurrency)
 	if err := mgr.Start(ctx); err != nil {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
