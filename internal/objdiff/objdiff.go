@@ -73,6 +73,14 @@ func Write(w io.Writer, from, to string, before, after *unstructured.Unstructure
 	})
 }
 
+// Show is one object as people see it: a Secret's values masked as
+// MaskSecret(obj, obj) masks them (***), every value red knows (nil:
+// none) masked wherever else it is. obj is not modified.
+func Show(obj *unstructured.Unstructured, red *redact.Redactor) *unstructured.Unstructured {
+	obj, _ = MaskSecret(obj, obj)
+	return redactMasked(obj, red)
+}
+
 // redactMasked is obj, masked by MaskSecret, with the values red knows
 // masked too; the masks of a Secret's data and stringData stay as they
 // are.

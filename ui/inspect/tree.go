@@ -16,6 +16,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/health"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/internal/objdiff"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/view"
@@ -33,6 +34,9 @@ const (
 	// MaxChildren is how many objects of one kind one namespace lists for
 	// children (one page); those past it are left out with a note.
 	MaxChildren = 500
+	// MaxTreeYAMLBytes is the YAML of one call; the objects past it show
+	// without, with a note.
+	MaxTreeYAMLBytes = 16 << 20
 )
 
 // childKinds are the kinds of objects the cluster makes for a workload,
@@ -53,15 +57,16 @@ var childKinds = map[schema.GroupKind]schema.GroupVersionKind{
 // spec.healthChecks), and under each workload the objects the cluster
 // made for it. Objects of a remote cluster are not read (their
 // kubeconfig is the operator's): they show their state alone. A read the
-// API server refuses leaves its message in the node. An inventory that
-// cannot be read is an error.
+// API server refuses leaves its message in the node. The YAML shown masks
+// the values of Secrets, in the Secrets and wherever another object of
+// the tree holds one. An inventory that cannot be read is an error.
 func Tree(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync) ([]Target, error) {
 	d, err := view.Describe(ms, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)
 	}
 	checker, _ := health.New(ms.Spec.HealthChecks) // an invalid rule was refused by the webhook; the rest still judge
-	r := &treeReader{c: c, checker: checker, lists: map[listKey]*childList{}}
+	r := &treeReader{c: c, checker: checker, lists: map[listKey]*childList{}, red: redact.New()}
 	out := make([]Target, 0, len(d.Targets))
 	read := 0
 	for _, vt := range d.Targets {
@@ -92,6 +97,15 @@ func Tree(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync) ([]Ta
 		}
 		out = append(out, t)
 	}
+	// The YAML once every Secret is read, so that a value one holds is
+	// masked in every other object.
+	for i := range out {
+		for j := range out[i].Waves {
+			for k := range out[i].Waves[j].Nodes {
+				r.showYAML(&out[i].Waves[j].Nodes[k])
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -101,7 +115,17 @@ type treeReader struct {
 	c       client.Reader
 	checker *health.Checker
 	lists   map[listKey]*childList
+	// live are the objects read, by node; red knows the values of the
+	// Secrets among them; yamlBytes is the YAML shown so far.
+	live      map[nodeKey]*unstructured.Unstructured
+	red       *redact.Redactor
+	yamlBytes int
 }
+
+// nodeKey names a node's object.
+type nodeKey struct{ group, kind, namespace, name string }
+
+func keyOf(n *Node) nodeKey { return nodeKey{n.Group, n.Kind, n.Namespace, n.Name} }
 
 type listKey struct {
 	namespace string
@@ -118,7 +142,7 @@ type childList struct {
 }
 
 // readManaged reads the live object of n, an inventory object, and sets
-// its health, YAML and children; it returns the object's wave (0 when it
+// its health and children; it returns the object's wave (0 when it
 // cannot be read).
 func (r *treeReader) readManaged(ctx context.Context, n *Node) int {
 	obj := &unstructured.Unstructured{}
@@ -133,6 +157,7 @@ func (r *treeReader) readManaged(ctx context.Context, n *Node) int {
 		n.Health, n.Error = string(health.Unknown), err.Error()
 		return 0
 	}
+	r.red.AddObject(obj.Object)
 	r.fill(ctx, n, obj, 0)
 	wave, err := engine.WaveOf(obj)
 	if err != nil {
@@ -141,30 +166,51 @@ func (r *treeReader) readManaged(ctx context.Context, n *Node) int {
 	return wave
 }
 
-// fill sets the health, YAML and children of n from its live object;
-// depth bounds the descent (a Deployment's Pods are two levels down).
+// fill sets the health and children of n from its live object, and keeps
+// the object for its YAML; depth bounds the descent (a Deployment's Pods
+// are two levels down).
 func (r *treeReader) fill(ctx context.Context, n *Node, obj *unstructured.Unstructured, depth int) {
+	if r.live == nil {
+		r.live = map[nodeKey]*unstructured.Unstructured{}
+	}
+	r.live[keyOf(n)] = obj
 	res := r.checker.Check(obj)
 	n.Health, n.HealthMessage = string(res.Status), res.Message
-	var cut string
-	n.YAML, cut = LiveYAML(obj)
-	notes := []string{cut}
-	if gvk, ok := childKinds[obj.GroupVersionKind().GroupKind()]; ok && depth < 3 && obj.GetNamespace() != "" {
-		l := r.list(ctx, obj.GetNamespace(), gvk)
-		switch {
-		case l.err != nil:
-			notes = append(notes, fmt.Sprintf("%ss not shown: %v", gvk.Kind, l.err))
-		case l.truncated:
-			notes = append(notes, fmt.Sprintf("only the first %d %ss of namespace %s were listed", MaxChildren, gvk.Kind, obj.GetNamespace()))
-		}
-		for _, child := range l.byOwner[obj.GetUID()] {
-			cg := child.GroupVersionKind()
-			cn := Node{Group: cg.Group, Version: cg.Version, Kind: cg.Kind, Namespace: child.GetNamespace(), Name: child.GetName()}
-			r.fill(ctx, &cn, child, depth+1)
-			n.Children = append(n.Children, cn)
-		}
+	gvk, ok := childKinds[obj.GroupVersionKind().GroupKind()]
+	if !ok || depth >= 3 || obj.GetNamespace() == "" {
+		return
 	}
-	n.Note = strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")
+	l := r.list(ctx, obj.GetNamespace(), gvk)
+	switch {
+	case l.err != nil:
+		n.Note = fmt.Sprintf("%ss not shown: %v", gvk.Kind, l.err)
+	case l.truncated:
+		n.Note = fmt.Sprintf("only the first %d %ss of namespace %s were listed", MaxChildren, gvk.Kind, obj.GetNamespace())
+	}
+	for _, child := range l.byOwner[obj.GetUID()] {
+		cg := child.GroupVersionKind()
+		cn := Node{Group: cg.Group, Version: cg.Version, Kind: cg.Kind, Namespace: child.GetNamespace(), Name: child.GetName()}
+		r.fill(ctx, &cn, child, depth+1)
+		n.Children = append(n.Children, cn)
+	}
+}
+
+// showYAML sets the YAML of n and its children from the objects read,
+// within MaxTreeYAMLBytes for the whole call.
+func (r *treeReader) showYAML(n *Node) {
+	if obj := r.live[keyOf(n)]; obj != nil {
+		var note string
+		if r.yamlBytes >= MaxTreeYAMLBytes {
+			note = fmt.Sprintf("YAML left out: this page shows %d MiB of YAML at most", MaxTreeYAMLBytes>>20)
+		} else {
+			n.YAML, note = liveYAML(obj, r.red)
+			r.yamlBytes += len(n.YAML)
+		}
+		n.Note = strings.Join(slices.DeleteFunc([]string{n.Note, note}, func(s string) bool { return s == "" }), "; ")
+	}
+	for i := range n.Children {
+		r.showYAML(&n.Children[i])
+	}
 }
 
 // list is namespace's objects of gvk, listed once per call, one page of
@@ -202,10 +248,14 @@ func (r *treeReader) list(ctx context.Context, namespace string, gvk schema.Grou
 // Secret's values masked as `engine diff` masks an unchanged value (***),
 // cut at MaxYAMLBytes. note says what was cut; empty when nothing was.
 func LiveYAML(obj *unstructured.Unstructured) (yaml, note string) {
+	return liveYAML(obj, nil)
+}
+
+// liveYAML is LiveYAML with every value red knows masked too.
+func liveYAML(obj *unstructured.Unstructured, red *redact.Redactor) (string, string) {
 	obj = obj.DeepCopy()
 	unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
-	obj, _ = objdiff.MaskSecret(obj, obj)
-	text, err := objdiff.YAML(obj)
+	text, err := objdiff.YAML(objdiff.Show(obj, red))
 	if err != nil {
 		return "", fmt.Sprintf("not shown: %v", err)
 	}

@@ -113,8 +113,9 @@ func nodes(ts []Target) (map[string]Node, map[string]int) {
 // The tree of a target: its objects by wave, a Deployment with its
 // ReplicaSet and that ReplicaSet's Pods (not another's), each judged; a
 // drifted and a missing object as the status says. A hostile user who
-// puts a Secret in the inventory gets its values only as ***, and one
-// who makes a huge object gets its YAML cut at MaxYAMLBytes.
+// puts a Secret in the inventory gets its values only as ***, also where
+// another object holds one, and one who makes a huge object gets its
+// YAML cut at MaxYAMLBytes.
 func TestTree(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -123,6 +124,8 @@ func TestTree(t *testing.T) {
 	create(t,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg", Annotations: map[string]string{"manifestsync.dev/wave": "2"}}, Data: map[string]string{"a": "b"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "huge"}, Data: map[string]string{"blob": strings.Repeat("x\n", 200<<10)}},
+		// A transform may copy a Secret's value into another object.
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "copy"}, Data: map[string]string{"url": "https://user:" + secretValue + "@example.com"}},
 	)
 	drifted := entry(ns, "", "v1", "ConfigMap", "cfg")
 	drifted.Drifted = true
@@ -133,6 +136,7 @@ func TestTree(t *testing.T) {
 		entry(ns, "", "v1", "Secret", "creds"),
 		drifted, missing,
 		entry(ns, "", "v1", "ConfigMap", "huge"),
+		entry(ns, "", "v1", "ConfigMap", "copy"),
 	)
 	ts, err := Tree(ctx, env.Client, ms)
 	if err != nil {
@@ -187,7 +191,10 @@ func TestTree(t *testing.T) {
 	if len(huge.YAML) > MaxYAMLBytes+100 || !strings.Contains(huge.Note, "cut") || !strings.HasSuffix(huge.YAML, "KiB\n") {
 		t.Errorf("huge: %d bytes of YAML, note %q: want it cut at %d", len(huge.YAML), huge.Note, MaxYAMLBytes)
 	}
-	if o := ts[0].Objects; len(o) != 5 || o[0].Health == "" {
+	if c := all["ConfigMap "+ns+"/copy"]; strings.Contains(c.YAML, secretValue) || !strings.Contains(c.YAML, "https://user:***@example.com") {
+		t.Errorf("a ConfigMap holding the Secret's value shows it:\n%s", c.YAML)
+	}
+	if o := ts[0].Objects; len(o) != 6 || o[0].Health == "" {
 		t.Errorf("the view's objects %+v lack their health", o)
 	}
 }
