@@ -95,7 +95,7 @@ func Events(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync, tar
 				Type:    e.Type,
 				Reason:  e.Reason,
 				Message: e.Message,
-				Count:   e.Count,
+				Count:   countOf(e),
 				Last:    lastSeen(e),
 				Source:  cmpOr(e.Source.Component, e.ReportingController),
 			})
@@ -129,10 +129,13 @@ func listEvents(ctx context.Context, c client.Reader, namespace string, sel fiel
 	return out, nil
 }
 
-// lastSeen is when an event was last seen: its lastTimestamp, else its
-// eventTime (events.k8s.io's), else when it was first seen or made.
+// lastSeen is when an event was last seen: its series' last time or its
+// lastTimestamp, else its eventTime (events.k8s.io's), else when it was
+// first seen or made.
 func lastSeen(e *corev1.Event) metav1.Time {
 	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return metav1.Time{Time: e.Series.LastObservedTime.Time}
 	case !e.LastTimestamp.IsZero():
 		return e.LastTimestamp
 	case !e.EventTime.IsZero():
@@ -141,6 +144,15 @@ func lastSeen(e *corev1.Event) metav1.Time {
 		return e.FirstTimestamp
 	}
 	return e.CreationTimestamp
+}
+
+// countOf is how many times an event was seen: its series' count, else
+// its count.
+func countOf(e *corev1.Event) int32 {
+	if e.Series != nil && e.Series.Count > e.Count {
+		return e.Series.Count
+	}
+	return e.Count
 }
 
 // cmpOr is the first of values that is not blank.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -42,6 +43,14 @@ func TestEvents(t *testing.T) {
 	event(t, ns, "e3", "apps/v1", "Deployment", "web", "ScalingReplicaSet", base.Add(time.Minute))
 	event(t, ns, "e4", "v1", "Pod", "stranger", "Started", base.Add(3*time.Minute))
 	event(t, ns, "e5", "v1", "ConfigMap", "web", "SameNameOtherKind", base.Add(4*time.Minute))
+	// The operator records through events.k8s.io/v1: no lastTimestamp,
+	// an eventTime and a reporting controller.
+	create(t, &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e6"},
+		Regarding:  corev1.ObjectReference{APIVersion: "manifestsync.dev/v1alpha1", Kind: "ManifestSync", Namespace: ns, Name: "app"},
+		EventTime:  metav1.NewMicroTime(base.Add(5 * time.Minute)), ReportingController: "manifestsync.dev/operator", ReportingInstance: "test",
+		Action: "Sync", Reason: "Applied", Note: "Applied of app", Type: corev1.EventTypeNormal,
+	})
 	got, err := Events(ctx, env.Client, ms, ts)
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +58,12 @@ func TestEvents(t *testing.T) {
 	var seen []string
 	for _, e := range got {
 		seen = append(seen, e.Object+" "+e.Reason)
-		if e.Source != "test" || e.Message == "" || e.Last.IsZero() {
+		if e.Source == "" || e.Message != e.Reason+" of "+strings.Fields(e.Object)[1][len(ns)+1:] || e.Last.IsZero() {
 			t.Errorf("event %+v", e)
 		}
 	}
 	want := []string{
+		"ManifestSync " + ns + "/app Applied",
 		"Pod " + ns + "/web-5d4f-a Started",
 		"Deployment " + ns + "/web ScalingReplicaSet",
 		"ManifestSync " + ns + "/app Synced",
