@@ -69,11 +69,11 @@ func report(rounds []round) ([]harness.Row, []string) {
 		"against %d ManifestSyncs in %d namespaces whose statuses (Ready/Healthy/Reconciling/Stalled conditions, a target row, an inventory of %d objects, %d history entries; "+
 		"2%% suspended, 5%% failing, 5%% progressing, 5%% degraded, 4%% drifted) the benchmark wrote through the status subresource: no operator ran. "+
 		"Per round: %d requests of GET / after %d of warm-up, one at a time; then %d GET /stream held open on connections of their own, one status write, "+
-		"VmRSS read %s after the streams' headers came and %s after the change reached them. Server-side p95 by round: %s. "+
+		"VmRSS read %s after the last page, before the streams opened, and %s after the change reached them all. Server-side p95 by round: %s, the machine's 1-minute load average (2 cores, shared) as each round's pages were read: %s. "+
 		"Watches the API server served before the streams (the UI's own and its internal ones): %s; registered watchers added by the streams: %s. "+
 		"API requests of engine ui in the streams phase, last round: %s.",
 		syncs, namespaces, objectsPer, historyLen, requests, warmup, nStreams, settle, settle,
-		list(each(func(r round) float64 { return ms(r.p95) }), "ms"),
+		list(each(func(r round) float64 { return ms(r.p95) }), "ms"), loads(rounds),
 		list(each(func(r round) float64 { return r.watchesBefore }), ""), registered, last.apiRequestsNamed)}
 	return rows, notes
 }
@@ -106,4 +106,13 @@ func resourceName(k harness.APIRequest) string {
 		return k.Resource + "/" + k.Subresource
 	}
 	return k.Resource
+}
+
+// loads are the rounds' load averages, as "3.1, 4.0, 2.2".
+func loads(rounds []round) string {
+	parts := make([]string, len(rounds))
+	for i, r := range rounds {
+		parts[i] = r.load
+	}
+	return strings.Join(parts, ", ")
 }

@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,6 +70,7 @@ type round struct {
 	changeToAll      time.Duration // the status write → the last stream's event
 	apiRequestsByUI  float64       // during the streams phase, the benchmark's own left out
 	apiRequestsNamed string
+	load             string // the machine's 1-minute load average as the pages were read
 }
 
 // Run measures W11 on c, rounds times (at least 3).
@@ -124,6 +126,7 @@ func measure(ctx context.Context, c *harness.Cluster, cl client.Client, engineBi
 	}
 
 	// The overview, sequentially: the server's time per page.
+	rd.load = loadAverage()
 	var server, clientSide []time.Duration
 	for k := range warmup + requests {
 		p, err := get(ctx, hc, ui.url+"/")
@@ -227,4 +230,14 @@ func uiRequests(d harness.APIRequests) (float64, string) {
 		return n, "none"
 	}
 	return n, named[2:]
+}
+
+// loadAverage is the machine's 1-minute load average (/proc/loadavg), or
+// "?": the cores are shared with whatever else runs.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
