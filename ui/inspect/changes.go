@@ -35,11 +35,16 @@ type ChangesOptions struct {
 	// Limits bound the snapshots fetched (files and bytes of the source
 	// path at each commit): default source.Limits'.
 	Limits source.Limits
+	// MaxCacheBytes bounds what the Fetcher of CacheDir holds in memory
+	// (git.Options.MaxCacheBytes), set by the first call with that
+	// directory; default 64 MiB.
+	MaxCacheBytes int64
 }
 
 const (
 	defaultChangesTimeout = 30 * time.Second
 	defaultMaxFiles       = 1000
+	defaultMaxCacheBytes  = 64 << 20
 )
 
 // The changes of a path between two revisions.
@@ -184,7 +189,10 @@ func changesFetcher(opts ChangesOptions) (*git.Fetcher, error) {
 	if f := fetchers.byDir[dir]; f != nil {
 		return f, nil
 	}
-	f := git.New(git.Options{CacheDir: dir, Limits: opts.Limits, Timeout: opts.Timeout})
+	if opts.MaxCacheBytes <= 0 {
+		opts.MaxCacheBytes = defaultMaxCacheBytes
+	}
+	f := git.New(git.Options{CacheDir: dir, Limits: opts.Limits, Timeout: opts.Timeout, MaxCacheBytes: opts.MaxCacheBytes})
 	fetchers.byDir[dir] = f
 	return f, nil
 }
