@@ -429,6 +429,12 @@ func (s *Server) tree(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync)
 // changes lists the files changed between two history entries, fetched
 // as the user.
 func (s *Server) changes(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync, from, to int) ([]inspect.SourceChange, error) {
+	select {
+	case s.diffs <- struct{}{}:
+		defer func() { <-s.diffs }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for other comparisons to end: %w", ctx.Err())
+	}
 	return inspect.Changes(ctx, c.client, ms, from, to, inspect.ChangesOptions{})
 }
 
@@ -443,6 +449,14 @@ func (s *Server) events(ctx context.Context, c *caller, ms *v1alpha1.ManifestSyn
 }
 
 // diff is what a sync would change now, as the user's dry run.
+// At most maxDiffs run at once (each evaluates and dry-runs every
+// object); the others wait their turn or their request's end.
 func (s *Server) diff(ctx context.Context, c *caller, ms *v1alpha1.ManifestSync) ([]inspect.ObjectDiff, error) {
+	select {
+	case s.diffs <- struct{}{}:
+		defer func() { <-s.diffs }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for other diffs to end: %w", ctx.Err())
+	}
 	return inspect.Diff(ctx, c.client, ms, s.opts.Evaluator, s.opts.InstanceID)
 }

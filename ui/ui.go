@@ -94,6 +94,7 @@ const (
 	keepAlive         = 15 * time.Second
 	writeTimeout      = 30 * time.Second
 	apiTimeout        = 30 * time.Second
+	maxDiffs          = 4
 )
 
 // Server is the web UI: an http.Handler, and a manager.Runnable for its
@@ -125,6 +126,8 @@ type Server struct {
 	localUser     string
 
 	streams streamCount
+	// diffs bounds the diffs and comparisons of commits running at once.
+	diffs chan struct{}
 }
 
 // New makes a Server. It contacts no API server: Start runs the watch.
@@ -176,6 +179,7 @@ func New(opts Options) (*Server, error) {
 		reviewLimit: rate.NewLimiter(rate.Limit(20), 50),
 		access:      newTTLCache[bool](maxAccessReviews),
 		clients:     newLRU[client.Client](maxUserClients),
+		diffs:       make(chan struct{}, maxDiffs),
 	}
 	if err := parseTemplates(); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,9 +13,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/controller"
 )
 
 // TestClusterModeWithoutAGoodTokenServesOnlyTheLoginPage: with no token,
@@ -538,4 +543,76 @@ func TestPagesOfOneManifestSync(t *testing.T) {
 	if r.status != http.StatusNotFound || !strings.Contains(errorOf(r.body), `"nothing" not found`) {
 		t.Errorf("a missing ManifestSync: %d, #error %q", r.status, errorOf(r.body))
 	}
+}
+
+// inProcess evaluates in this process, without sources: the tests' stand
+// in for cmd/engine's sandboxed Evaluator.
+type inProcess struct{}
+
+func (inProcess) Evaluate(ctx context.Context, _ client.Client, ms *v1alpha1.ManifestSync) (*engine.Result, error) {
+	return engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Name: ms.Name}, engine.Options{})
+}
+
+// TestDiffPageIsTheUsersDryRun: the diff tab shows what a sync would
+// change, object by object, as the user's own server-side dry run: a user
+// who may change the objects sees their diffs (a Secret's values masked),
+// one who may not sees the API server's refusal.
+func TestDiffPageIsTheUsersDryRun(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	ms := &v1alpha1.ManifestSync{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec: v1alpha1.ManifestSyncSpec{
+			Transform: &v1alpha1.Transform{Starlark: &v1alpha1.ProgramRef{Inline: `
+def main(ctx):
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "new"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"password": "diff-secret-value"}},
+    ]
+`}},
+			Targets: []v1alpha1.Target{{Name: "prod", Namespace: ns}},
+		},
+	}
+	if err := env.Client.Create(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg",
+		Labels: map[string]string{controller.OwnerLabel: ns + ".app"}}, Data: map[string]string{"a": "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	editor, _ := serviceAccount(t, ns, "editor")
+	grant(t, ns, ns, "editor", "get", "list", "watch")
+	objects := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "objects"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"get", "list", "create", "patch", "update"}},
+	}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "objects"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "objects"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "editor"}}}
+	for _, o := range []client.Object{objects, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viewer, _ := serviceAccount(t, ns, "viewer")
+	grant(t, ns, ns, "viewer", "get", "list", "watch")
+
+	u := startUI(t, Options{Mode: ModeCluster, Evaluator: inProcess{}})
+	c := browser(t)
+	r := u.do(t, c, http.MethodGet, "/ms/"+ns+"/app/diff", editor, nil)
+	for _, want := range []string{`<div class="diff" data-object="ConfigMap ` + ns + `/cfg" data-action="Configured"`,
+		`data-object="Secret ` + ns + `/creds" data-action="Created"`, "-  a: old", "+  a: new", `<pre class="udiff">`} {
+		if !strings.Contains(html.UnescapeString(r.body), want) {
+			t.Errorf("the editor's diff page has no %s", want)
+		}
+	}
+	if strings.Contains(r.body, "diff-secret-value") {
+		t.Errorf("the diff page shows the Secret's value")
+	}
+	r = u.do(t, c, http.MethodGet, "/ms/"+ns+"/app/diff", viewer, nil)
+	if !strings.Contains(html.UnescapeString(r.body), "forbidden") || strings.Contains(r.body, `data-action="Configured"`) {
+		t.Errorf("the viewer's diff page does not show the API server's refusal: %s", r.body)
+	}
+	u.checkNoSecret(t, editor)
+	u.checkNoSecret(t, viewer)
+	u.checkNoSecret(t, "diff-secret-value")
 }

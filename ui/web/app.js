@@ -141,6 +141,10 @@
       // A ManifestSync's pages follow only it; the overview follows all.
       var m = location.pathname.match(/^\/ms\/([^/]+)\/([^/]+)/);
       if (m && c.namespace && (decodeURIComponent(m[1]) !== c.namespace || decodeURIComponent(m[2]) !== c.name)) return;
+      // A diff or a comparison of commits is costly to compute again:
+      // the page says it changed, and the user asks.
+      var stale = document.querySelector("#main [data-refresh=manual]");
+      if (stale) { stale.hidden = false; return; }
       refresh();
     });
   }
