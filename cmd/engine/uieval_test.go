@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/ui/inspect"
 )
@@ -113,5 +114,46 @@ func noSecret(t *testing.T, diffs []inspect.ObjectDiff, err error) {
 	}
 	if strings.Contains(string(b), uiSecretValue) {
 		t.Errorf("the Secret's value shows: %s", b)
+	}
+}
+
+// A helm source: the chart fetched from a loopback chart repository with
+// the credentials of its secretRef, read through the user's client; the
+// diff shows the chart's object; the repository's password shows
+// nowhere.
+func TestUIEvaluatorHelm(t *testing.T) {
+	env := needCluster(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	repo := helmtest.NewRepo(t)
+	repo.Add("demo", "1.2.0", helmtest.Package("demo", helmtest.Chart("demo", "1.2.0", map[string]string{"README.md": t.Name() + "\n"})))
+	repo.RequireAuth("robot", "chart-pw-ui-1234")
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "charts"},
+		StringData: map[string]string{"username": "robot", "password": "chart-pw-ui-1234"}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := &v1alpha1.ManifestSync{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "chart", Helm: &v1alpha1.HelmSource{Chart: "demo", Version: "^1", Repository: repo.URL,
+				Insecure: true, SecretRef: &v1alpha1.LocalObjectReference{Name: "charts"}}}},
+			Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}},
+		},
+	}
+	ev, stop, err := newUIEvaluator("ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	diffs, err := inspect.Diff(ctx, env.Client, ms, ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || diffs[0].Object != "ConfigMap "+ns+"/web-demo" || !strings.Contains(diffs[0].Unified, "+  version: 1.2.0") {
+		t.Errorf("diffs %+v", diffs)
+	}
+	b, _ := json.Marshal(diffs)
+	if strings.Contains(string(b), "chart-pw-ui-1234") {
+		t.Errorf("the password shows: %s", b)
 	}
 }
