@@ -285,7 +285,7 @@ func (b *Browser) readBody(ctx context.Context, id network.RequestID, r *Respons
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
-		b.missed = append(b.missed, fmt.Sprintf("%s: %v", r.URL, err))
+		b.missed = append(b.missed, fmt.Sprintf("%s (%s): %v", r.URL, r.Type, err))
 		return
 	}
 	body := res.Body
@@ -351,6 +351,9 @@ func Eval[T any](s *Session, expr string) (T, error) {
 
 // Navigate loads url and returns the main document's HTTP status.
 func (s *Session) Navigate(url string) (int64, error) {
+	// The page left must have its bodies read first: the browser drops
+	// them with it.
+	s.b.Settle()
 	resp, err := Run(s, chromedp.NavigateResponse(url))
 	if err != nil {
 		return 0, fmt.Errorf("navigating to %s: %w", url, err)
@@ -448,7 +451,7 @@ func (b *Browser) ConsoleErrors() []string {
 }
 
 // Missed are the responses whose body could not be read (a page left
-// before its body was read), as "URL: error".
+// before its body was read), as "URL (type): error".
 func (b *Browser) Missed() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

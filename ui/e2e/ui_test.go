@@ -1,0 +1,763 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/internal/browsertest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/history"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+	"github.com/manifestsync/manifestsync/operator/webhook"
+	"github.com/manifestsync/manifestsync/ui"
+)
+
+// updateScreenshots (or UI_SCREENSHOTS=DIR) writes the README's
+// screenshots: docs/images/ui-*.png (or DIR/ui-*.png).
+var updateScreenshots = flag.Bool("update-screenshots", false, "write docs/images/ui-*.png from the test run")
+
+// within is how long the page may take to show a change it was promised to
+// show live (issue 27: a drift within 2 s; pages within 1 s of a change).
+const within = 2 * time.Second
+
+// ui holds the two servers of the scene.
+type uiServers struct {
+	local, cluster string     // base URLs
+	clusterLog     *serverLog // the cluster mode server's log
+}
+
+func TestUI(t *testing.T) {
+	env.Need(t)
+	sc := setUp(t)
+	srv := startUI(t)
+	b := browsertest.Start(t, browsertest.Options{})
+	local := b.NewSession(t)
+
+	t.Run("Overview", func(t *testing.T) { testOverview(t, sc, srv, local) })
+	t.Run("Tree", func(t *testing.T) { testTree(t, srv, local) })
+	t.Run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
+	t.Run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
+	t.Run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
+	t.Run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
+	t.Run("RBAC", func(t *testing.T) { testRBAC(t, sc, srv, b) })
+	t.Run("NoSecrets", func(t *testing.T) { testNoSecrets(t, sc, srv, local, b) })
+	t.Run("NoConsoleErrors", func(t *testing.T) {
+		if errs := b.ConsoleErrors(); len(errs) > 0 {
+			t.Errorf("the pages logged errors (a script error or a CSP violation):\n%s", strings.Join(errs, "\n"))
+		}
+	})
+}
+
+// startUI serves the UI in both modes with the administrator's config:
+// local as `engine ui` with a kubeconfig, cluster as the operator serves it.
+func startUI(t *testing.T) *uiServers {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var done []chan error
+	t.Cleanup(func() {
+		cancel()
+		for _, d := range done {
+			select {
+			case <-d:
+			case <-time.After(10 * time.Second):
+				t.Errorf("a UI server's watches did not stop within 10s")
+			}
+		}
+	})
+	start := func(opts ui.Options) string {
+		s, err := ui.New(opts)
+		if err != nil {
+			t.Fatalf("ui.New: %v", err)
+		}
+		d := make(chan error, 1)
+		done = append(done, d)
+		go func() { d <- s.Start(ctx) }()
+		return serve(t, s)
+	}
+	log := &serverLog{}
+	return &uiServers{
+		local:      start(ui.Options{Mode: ui.ModeLocal, Config: env.Config, Evaluator: newEvaluator(), Log: (&serverLog{}).logger()}),
+		cluster:    start(ui.Options{Mode: ui.ModeCluster, Config: env.Config, Evaluator: newEvaluator(), Log: log.logger()}),
+		clusterLog: log,
+	}
+}
+
+// msPath is the page of a ManifestSync.
+func msPath(key client.ObjectKey) string { return "/ms/" + key.Namespace + "/" + key.Name }
+
+// open navigates s to base+path and fails unless the status is want.
+func open(t *testing.T, s *browsertest.Session, base, path string, want int64) {
+	t.Helper()
+	status, err := s.Navigate(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != want {
+		t.Fatalf("GET %s: status %d, want %d", path, status, want)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, s *browsertest.Session, expr string) T {
+	t.Helper()
+	v, err := browsertest.Eval[T](s, expr)
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until the expression is true in the page, at most d.
+func waitJS(t *testing.T, s *browsertest.Session, expr string, d time.Duration) {
+	t.Helper()
+	if err := s.WaitJS(expr, d); err != nil {
+		html, _ := browsertest.Eval[string](s, `document.getElementById("main") ? document.getElementById("main").innerText.slice(0, 3000) : document.body.innerText.slice(0, 3000)`)
+		t.Fatalf("waiting %s for %s: %v\npage text:\n%s", d, expr, err, html)
+	}
+}
+
+// q is a JavaScript string literal of s.
+func q(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// attr is the attribute of the first element matching sel, or "" when
+// none does.
+func attr(t *testing.T, s *browsertest.Session, sel, name string) string {
+	t.Helper()
+	return eval[string](t, s, fmt.Sprintf(`(function(){var e=document.querySelector(%s);return e?(e.getAttribute(%s)||""):"<none>"})()`, q(sel), q(name)))
+}
+
+func testOverview(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session) {
+	open(t, s, srv.local, "/", 200)
+	for _, key := range sc.syncs {
+		waitJS(t, s, fmt.Sprintf(`!!document.querySelector('table#syncs tr[data-ms=%s]')`, q(key.String())), 10*time.Second)
+	}
+	// Every row's states are those of the API's ManifestSyncs.
+	for _, key := range sc.syncs {
+		ms := getSync(t, key)
+		sel := fmt.Sprintf(`table#syncs tr[data-ms=%s]`, q(key.String()))
+		ready := "Unknown"
+		for _, c := range ms.Status.Conditions {
+			if c.Type == v1alpha1.ConditionReady {
+				ready = string(c.Status)
+			}
+		}
+		if got := attr(t, s, sel, "data-ready"); got != ready {
+			t.Errorf("%s: data-ready=%q, the API says Ready %s", key, got, ready)
+		}
+		if got, want := attr(t, s, sel, "data-suspended"), fmt.Sprint(ms.Spec.Suspend); got != want {
+			t.Errorf("%s: data-suspended=%q, want %s", key, got, want)
+		}
+		if got := attr(t, s, sel, "data-drifted"); got != "false" {
+			t.Errorf("%s: data-drifted=%q before any drift", key, got)
+		}
+		if got := attr(t, s, sel+` a`, "href"); got != msPath(key) {
+			t.Errorf("%s: the name links to %q, want %s", key, got, msPath(key))
+		}
+		if rev := ms.Status.LastAppliedRevision; rev != "" {
+			if got := attr(t, s, sel+` code`, "title"); got != rev {
+				t.Errorf("%s: the revision's title is %q, want the full %q", key, got, rev)
+			}
+		}
+	}
+	counts := eval[map[string]string](t, s, `Object.fromEntries([...document.querySelectorAll('#counts [data-count]')].map(e => [e.dataset.count, e.textContent.trim()]))`)
+	if counts["total"] != fmt.Sprint(len(sc.syncs)) || counts["ready"] != fmt.Sprint(len(sc.syncs)) {
+		t.Errorf("counts %v, want %d total, all ready", counts, len(sc.syncs))
+	}
+	// The namespace filter.
+	open(t, s, srv.local, "/?ns="+teamA, 200)
+	rows := eval[[]string](t, s, `[...document.querySelectorAll('table#syncs tr[data-ms]')].map(e => e.dataset.ms)`)
+	if len(rows) != 1 || rows[0] != sc.app.String() {
+		t.Errorf("?ns=%s lists %v, want only %s", teamA, rows, sc.app)
+	}
+}
+
+func testTree(t *testing.T, srv *uiServers, s *browsertest.Session) {
+	// starlark-app's dev target: a Deployment of one replica, rolled out
+	// by kube-controller-manager onto kwok's nodes.
+	ns := "starlark-app-web-dev"
+	open(t, s, srv.local, "/ms/platform/starlark-app", 200)
+	dep := fmt.Sprintf(`section.target[data-target="dev"] div.wave li.node[data-object=%s]`, q("Deployment "+ns+"/web"))
+	// The page follows the rollout live; give kwok time to run the Pod.
+	waitJS(t, s, fmt.Sprintf(`(function(){
+		var d = document.querySelector(%s); if (!d) return false;
+		var rs = d.querySelector(':scope > ul > li.node[data-object^="ReplicaSet "]'); if (!rs) return false;
+		var pod = rs.querySelector(':scope > ul > li.node[data-object^="Pod "]'); if (!pod) return false;
+		return d.dataset.health === "Current" && rs.dataset.health === "Current" && pod.dataset.health === "Current";
+	})()`, q(dep)), timeout)
+	if got := attr(t, s, dep, "data-state"); got != "Synced" {
+		t.Errorf("the Deployment's data-state=%q, want Synced", got)
+	}
+	if got := attr(t, s, dep, "data-managed"); got != "true" {
+		t.Errorf("the Deployment's data-managed=%q, want true", got)
+	}
+	if got := attr(t, s, dep+` > ul > li.node`, "data-managed"); got != "false" {
+		t.Errorf("the ReplicaSet's data-managed=%q, want false", got)
+	}
+	if n := eval[int](t, s, `document.querySelectorAll('#inputs').length`); n != 1 {
+		t.Errorf("%d #inputs", n)
+	}
+	if n := eval[int](t, s, `document.querySelectorAll('#conditions tr[data-condition="Ready"][data-status="True"]').length`); n != 1 {
+		t.Errorf("#conditions has no Ready True row")
+	}
+	if n := eval[int](t, s, `document.querySelectorAll('li.node > details.yaml pre').length`); n == 0 {
+		t.Errorf("no live YAML")
+	}
+}
+
+// click clicks the element sel selects (by CSS) with the mouse.
+func click(t *testing.T, s *browsertest.Session, sel string) {
+	t.Helper()
+	if err := s.Do(chromedp.Click(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("clicking %s: %v", sel, err)
+	}
+}
+
+// confirmAction clicks the action's button, checks that dialog#confirm
+// asks, confirms with #confirm-ok and waits for the page the POST answers
+// with its #flash.
+func confirmAction(t *testing.T, s *browsertest.Session, button string) {
+	t.Helper()
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	click(t, s, button)
+	waitJS(t, s, `document.getElementById("confirm").open`, within)
+	click(t, s, "#confirm-ok")
+	waitAnswer(t, s)
+}
+
+// waitAnswer waits for the page that answers an action's POST: a new
+// document (the marker confirmAction set is gone) with a #flash.
+func waitAnswer(t *testing.T, s *browsertest.Session) {
+	t.Helper()
+	waitJS(t, s, `window.__beforeAction === undefined && document.readyState === "complete" && !!document.getElementById("flash")`, 15*time.Second)
+}
+
+// flash is the #flash element's role and text.
+func flash(t *testing.T, s *browsertest.Session) (role, text string) {
+	t.Helper()
+	v := eval[[]string](t, s, `(function(){var f=document.getElementById("flash");return f?[f.getAttribute("role")||"",f.textContent.trim()]:["",""]})()`)
+	return v[0], v[1]
+}
+
+func testDrift(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session) {
+	open(t, s, srv.local, msPath(sc.app), 200)
+	cm := `li.node[data-object="ConfigMap team-a/app-config"]`
+	waitJS(t, s, `(function(){var e=document.querySelector('`+cm+`');return !!e && e.dataset.state==="Synced"})()`, 10*time.Second)
+	// The page listens to the stream before the edit.
+	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
+	eval[bool](t, s, `(window.__notReloaded = true)`)
+	patch := []byte(`{"data":{"greeting":"edited by hand"}}`)
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "app-config"}}
+	start := time.Now()
+	if err := env.Client.Patch(context.Background(), obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	drifted := `(function(){var e=document.querySelector('` + cm + `');return !!e && e.dataset.state==="Drifted"})()`
+	if err := s.WaitJS(drifted, within); err != nil {
+		// Say how late it was, then fail.
+		late := s.WaitJS(drifted, timeout)
+		t.Errorf("the open page did not show the ConfigMap Drifted within %s of the edit (after %s: %v)", within, time.Since(start).Round(10*time.Millisecond), late)
+	} else {
+		t.Logf("the page showed Drifted %s after the edit", time.Since(start).Round(10*time.Millisecond))
+	}
+	if !eval[bool](t, s, `window.__notReloaded === true`) {
+		t.Errorf("the page was reloaded to show the drift")
+	}
+	// The overview and the diff say so too.
+	open(t, s, srv.local, "/", 200)
+	waitJS(t, s, fmt.Sprintf(`document.querySelector('tr[data-ms=%s]').dataset.drifted === "true"`, q(sc.app.String())), 10*time.Second)
+	open(t, s, srv.local, msPath(sc.app)+"/diff", 200)
+	d := `div.diff[data-object="ConfigMap team-a/app-config"]`
+	waitJS(t, s, `!!document.querySelector('`+d+`')`, 30*time.Second)
+	if got := attr(t, s, d, "data-action"); got != "Configured" {
+		t.Errorf("the diff's action for the drifted ConfigMap is %q, want Configured", got)
+	}
+	if text := eval[string](t, s, `document.querySelector('`+d+` pre').textContent`); !strings.Contains(text, "edited by hand") || !strings.Contains(text, "hello") {
+		t.Errorf("the diff does not show live vs desired:\n%s", text)
+	}
+}
+
+func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session) {
+	ctx := context.Background()
+	page := msPath(sc.app)
+	open(t, s, srv.local, page, 200)
+
+	// Sync now, by keyboard alone: the button focused, Enter asks, Tab
+	// reaches Confirm, Enter confirms.
+	before := getSync(t, sc.app).Annotations[webhook.RequestedAtAnnotation]
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	eval[bool](t, s, `(document.querySelector('button[data-action="sync"]').focus(), document.activeElement.dataset.action === "sync")`)
+	if err := s.Do(chromedp.KeyEvent(kb.Enter)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, s, `document.getElementById("confirm").open`, within)
+	if !eval[bool](t, s, `document.getElementById("confirm").contains(document.activeElement)`) {
+		t.Errorf("the confirmation dialog does not take the focus")
+	}
+	for i := 0; i < 4 && eval[string](t, s, `document.activeElement.id`) != "confirm-ok"; i++ {
+		if err := s.Do(chromedp.KeyEvent(kb.Tab)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id := eval[string](t, s, `document.activeElement.id`); id != "confirm-ok" {
+		t.Fatalf("Tab did not reach #confirm-ok (focus on %q)", id)
+	}
+	if err := s.Do(chromedp.KeyEvent(kb.Enter)); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, s)
+	if role, text := flash(t, s); role != "status" {
+		t.Errorf("sync now: #flash role=%q %q, want status", role, text)
+	}
+	after := getSync(t, sc.app).Annotations[webhook.RequestedAtAnnotation]
+	if after == "" || after == before {
+		t.Errorf("sync now: %s is %q (was %q)", webhook.RequestedAtAnnotation, after, before)
+	}
+	waitEvent(t, sc.app, "UISync")
+
+	// Suspend, then resume.
+	confirmAction(t, s, `button[data-action="suspend"]`)
+	if role, text := flash(t, s); role != "status" {
+		t.Errorf("suspend: #flash role=%q %q", role, text)
+	}
+	if !getSync(t, sc.app).Spec.Suspend {
+		t.Errorf("suspend: spec.suspend is false")
+	}
+	waitEvent(t, sc.app, "UISuspend")
+	waitJS(t, s, `!!document.querySelector('button[data-action="resume"]')`, 10*time.Second)
+	confirmAction(t, s, `button[data-action="resume"]`)
+	if getSync(t, sc.app).Spec.Suspend {
+		t.Errorf("resume: spec.suspend is still true")
+	}
+	waitEvent(t, sc.app, "UIResume")
+
+	// Cancelling asks and does nothing.
+	rv := getSync(t, sc.app).ResourceVersion
+	click(t, s, `button[data-action="suspend"]`)
+	waitJS(t, s, `document.getElementById("confirm").open`, within)
+	click(t, s, "#confirm-cancel")
+	waitJS(t, s, `!document.getElementById("confirm").open`, within)
+	time.Sleep(300 * time.Millisecond)
+	if ms := getSync(t, sc.app); ms.Spec.Suspend {
+		t.Errorf("a cancelled suspend suspended (resourceVersion %s -> %s)", rv, ms.ResourceVersion)
+	}
+
+	// Rollback to the entry of the first commit.
+	ms := getSync(t, sc.app)
+	entry := -1
+	for i, h := range ms.Status.History {
+		if h.Inputs != nil && strings.Contains(h.Inputs.Sources["repo"], sc.commits[0]) {
+			entry = i
+		}
+	}
+	if entry < 0 {
+		t.Fatalf("no history entry of commit %s: %+v", sc.commits[0], ms.Status.History)
+	}
+	open(t, s, srv.local, page+"/history", 200)
+	if n := eval[int](t, s, `document.querySelectorAll('table#history tr[data-entry]').length`); n != len(ms.Status.History) {
+		t.Errorf("the history lists %d entries, the API %d", n, len(ms.Status.History))
+	}
+	confirmAction(t, s, fmt.Sprintf(`button[data-action="rollback"][data-entry="%d"]`, entry))
+	if role, text := flash(t, s); role != "status" {
+		t.Errorf("rollback: #flash role=%q %q", role, text)
+	}
+	ms = getSync(t, sc.app)
+	if got := ms.Spec.Sources[0].Git.Ref; got.Commit != sc.commits[0] {
+		t.Errorf("rollback: the source's ref is %+v, want commit %s", got, sc.commits[0])
+	}
+	if ms.Annotations[history.Annotation] == "" {
+		t.Errorf("rollback: no %s annotation", history.Annotation)
+	}
+	waitEvent(t, sc.app, "UIRollback")
+	testenv.Eventually(t, timeout, func() error {
+		ms := getSync(t, sc.app)
+		if err := readyErr(ms); err != nil {
+			return err
+		}
+		if !strings.Contains(ms.Status.LastAppliedRevision+fmt.Sprint(ms.Status.History[0].Inputs), sc.commits[0]) {
+			return fmt.Errorf("the applied revision is %s, not of commit %s", ms.Status.LastAppliedRevision, sc.commits[0])
+		}
+		return nil
+	})
+
+	// Undo: the branch again.
+	open(t, s, srv.local, page, 200)
+	waitJS(t, s, `!!document.querySelector('button[data-action="undo"]')`, 10*time.Second)
+	confirmAction(t, s, `button[data-action="undo"]`)
+	ms = getSync(t, sc.app)
+	if got := ms.Spec.Sources[0].Git.Ref; got.Branch != "main" || got.Commit != "" {
+		t.Errorf("undo: the source's ref is %+v, want branch main", got)
+	}
+	if _, ok := ms.Annotations[history.Annotation]; ok {
+		t.Errorf("undo: the %s annotation stays", history.Annotation)
+	}
+	waitEvent(t, sc.app, "UIUndo")
+	waitReady(t, sc.app)
+	_ = ctx
+}
+
+// waitEvent waits for a core/v1 Event on the ManifestSync with the reason
+// (the UI records who acted).
+func waitEvent(t *testing.T, key client.ObjectKey, reason string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		var list corev1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(key.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == key.Name && e.InvolvedObject.Kind == "ManifestSync" {
+				if e.Message == "" {
+					return fmt.Errorf("event %s has no message naming the user", reason)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no event %s on %s", reason, key)
+	})
+}
+
+// unnamedControls lists the controls of the page without an accessible
+// name (aria-label, aria-labelledby, a label, their text, a title).
+const unnamedControls = `(function(){
+  var bad = [];
+  document.querySelectorAll('input:not([type=hidden]), select, textarea, button').forEach(function (e) {
+    var name = (e.getAttribute('aria-label') || '').trim();
+    if (!name && e.getAttribute('aria-labelledby')) {
+      name = e.getAttribute('aria-labelledby').split(/\s+/).map(function (id) { var l = document.getElementById(id); return l ? l.textContent : ''; }).join(' ').trim();
+    }
+    if (!name && e.labels && e.labels.length) name = Array.prototype.map.call(e.labels, function (l) { return l.textContent; }).join(' ').trim();
+    if (!name && e.tagName === 'BUTTON') name = e.textContent.trim();
+    if (!name && (e.type === 'submit' || e.type === 'button')) name = (e.value || '').trim();
+    if (!name) name = (e.getAttribute('title') || '').trim();
+    if (!name) bad.push(e.outerHTML.slice(0, 160));
+  });
+  return bad;
+})()`
+
+func testAccessibility(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	pages := []string{"/", msPath(sc.app), msPath(sc.app) + "/diff", msPath(sc.app) + "/history", msPath(sc.app) + "/events", "/ms/platform/starlark-app"}
+	s := b.NewSession(t)
+	for _, p := range pages {
+		open(t, s, srv.local, p, 200)
+		if bad := eval[[]string](t, s, unnamedControls); len(bad) > 0 {
+			t.Errorf("%s: controls without an accessible name:\n%s", p, strings.Join(bad, "\n"))
+		}
+		if !eval[bool](t, s, `document.documentElement.lang !== "" && document.title !== ""`) {
+			t.Errorf("%s: no lang or no title", p)
+		}
+	}
+	// The login page too.
+	open(t, s, srv.cluster, "/login", 200)
+	if bad := eval[[]string](t, s, unnamedControls); len(bad) > 0 {
+		t.Errorf("/login: controls without an accessible name:\n%s", strings.Join(bad, "\n"))
+	}
+	// A phone's width: nothing overflows sideways.
+	phone := b.NewSession(t)
+	if err := phone.Emulate(390, 844, "light"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		open(t, phone, srv.local, p, 200)
+		w := eval[[]int](t, phone, `[document.scrollingElement.scrollWidth, innerWidth]`)
+		if w[1] != 390 {
+			t.Errorf("%s: innerWidth %d at a 390 px viewport (meta viewport?)", p, w[1])
+		}
+		if w[0] > w[1] {
+			wide := eval[[]string](t, phone, `[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > innerWidth + 1).slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className)`)
+			t.Errorf("%s: at 390 px the page is %d px wide (overflows: %v)", p, w[0], wide)
+		}
+	}
+}
+
+// screenshotDir is where the screenshots go, or "" when none are wanted.
+func screenshotDir(t *testing.T) string {
+	if dir := os.Getenv("UI_SCREENSHOTS"); dir != "" {
+		return dir
+	}
+	if !*updateScreenshots {
+		return ""
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "docs", "images")
+}
+
+func testScreenshots(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	dir := screenshotDir(t)
+	if dir == "" {
+		t.Skip("no -update-screenshots nor UI_SCREENSHOTS=DIR")
+	}
+	// A hand edit for the diff to show (team-a's drift is reported, not
+	// corrected).
+	patch := []byte(`{"data":{"greeting":"hello from kubectl edit"}}`)
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "app-config"}}
+	if err := env.Client.Patch(context.Background(), obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	shots := []struct {
+		file, path    string
+		width, height int64
+		dark          bool
+		ready         string // a JS condition to wait for
+	}{
+		{"ui-overview.png", "/", 1280, 800, false, `!!document.querySelector('table#syncs tr[data-ms]')`},
+		{"ui-overview-dark.png", "/", 1280, 800, true, `!!document.querySelector('table#syncs tr[data-ms]')`},
+		{"ui-tree.png", "/ms/platform/starlark-app", 1280, 800, false, `!!document.querySelector('li.node li.node[data-object^="Pod "]')`},
+		{"ui-diff.png", msPath(sc.app) + "/diff", 1280, 800, false, `!!document.querySelector('div.diff[data-action="Configured"]')`},
+		{"ui-history.png", msPath(sc.app) + "/history?from=1&to=0", 1280, 800, false, `!!document.querySelector('table#history tr[data-entry]')`},
+		{"ui-phone.png", "/", 390, 844, false, `!!document.querySelector('table#syncs tr[data-ms]')`},
+	}
+	for _, sh := range shots {
+		s := b.NewSession(t)
+		scheme := "light"
+		if sh.dark {
+			scheme = "dark"
+		}
+		if err := s.Emulate(sh.width, sh.height, scheme); err != nil {
+			t.Fatal(err)
+		}
+		open(t, s, srv.local, sh.path, 200)
+		waitJS(t, s, sh.ready, 30*time.Second)
+		path := filepath.Join(dir, sh.file)
+		if err := s.Screenshot(path, sh.width, sh.height, sh.dark); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d KiB", path, fi.Size()>>10)
+		if fi.Size() > 300<<10 {
+			t.Errorf("%s is %d KiB, more than 300", path, fi.Size()>>10)
+		}
+	}
+}
+
+// reader makes a ServiceAccount of team-a that may read everything in
+// team-a and nothing else (patch nothing), and returns a token of it from
+// the TokenRequest API.
+func reader(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "reader"}},
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "read-all"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "reader-read-all"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-all"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: teamA, Name: "reader"}},
+		},
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T: %v", o, err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(teamA).CreateToken(ctx, "reader",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest: %v", err)
+	}
+	// Wait until the authorizer sees the binding.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		ms := &v1alpha1.ManifestSyncList{}
+		cfg := *env.Config
+		cfg.Impersonate.UserName = "system:serviceaccount:" + teamA + ":reader"
+		c, err := client.New(&cfg, client.Options{Scheme: env.Scheme})
+		if err != nil {
+			return err
+		}
+		return c.List(ctx, ms, client.InNamespace(teamA))
+	})
+	return tr.Status.Token
+}
+
+// onLogin fails unless s shows the login page (and nothing else).
+func onLogin(t *testing.T, s *browsertest.Session, what string) {
+	t.Helper()
+	waitJS(t, s, `location.pathname === "/login"`, 5*time.Second)
+	if !eval[bool](t, s, `!!document.querySelector('input#token[name="token"][type="password"]') && !!document.querySelector('button[type="submit"]')`) {
+		t.Errorf("%s: the login page has no input#token[type=password] and submit button", what)
+	}
+	if eval[bool](t, s, `!!document.querySelector('table#syncs, li.node, tr[data-ms]')`) {
+		t.Errorf("%s: the login page shows ManifestSyncs", what)
+	}
+}
+
+func testRBAC(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	token := reader(t)
+
+	// No token: only the login page.
+	anon := b.NewSession(t)
+	for _, p := range []string{"/", msPath(sc.app), msPath(sc.app) + "/history"} {
+		if _, err := anon.Navigate(srv.cluster + p); err != nil {
+			t.Fatal(err)
+		}
+		onLogin(t, anon, "no token, "+p)
+	}
+	// A bad token: the login page again, and still only it.
+	bad := "bad-token-0c7e1f2a9d"
+	if err := anon.Do(chromedp.SendKeys(chromedp.ID("token"), bad), chromedp.Click(chromedp.CSS(`button[type="submit"]`))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	onLogin(t, anon, "a bad token")
+	if _, err := anon.Navigate(srv.cluster + "/"); err != nil {
+		t.Fatal(err)
+	}
+	onLogin(t, anon, "after a bad token")
+
+	// team-a's reader.
+	s := b.NewSession(t)
+	if _, err := s.Navigate(srv.cluster + "/"); err != nil {
+		t.Fatal(err)
+	}
+	onLogin(t, s, "before logging in")
+	if err := s.Do(chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.CSS(`button[type="submit"]`))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, s, `location.pathname === "/" && !!document.querySelector('table#syncs')`, 10*time.Second)
+	if eval[bool](t, s, `document.cookie.indexOf("manifestsync-session") >= 0`) {
+		t.Errorf("the session cookie is readable by scripts (not HttpOnly)")
+	}
+	waitJS(t, s, fmt.Sprintf(`!!document.querySelector('tr[data-ms=%s]')`, q(sc.app.String())), 10*time.Second)
+	rows := eval[[]string](t, s, `[...document.querySelectorAll('table#syncs tr[data-ms]')].map(e => e.dataset.ms)`)
+	if len(rows) != 1 || rows[0] != sc.app.String() {
+		t.Errorf("team-a's reader sees %v, want only %s", rows, sc.app)
+	}
+	// Another team's page: 403 with the API server's message.
+	open(t, s, srv.cluster, msPath(sc.other), 403)
+	if msg := eval[string](t, s, `(document.querySelector('#error[role="alert"]') || {textContent: ""}).textContent`); !strings.Contains(msg, "forbidden") {
+		t.Errorf("%s: #error says %q, want the API server's forbidden message", msPath(sc.other), msg)
+	}
+	// Its own page, but no right to patch: suspend fails with the API
+	// server's message.
+	open(t, s, srv.cluster, msPath(sc.app), 200)
+	confirmAction(t, s, `button[data-action="suspend"]`)
+	role, text := flash(t, s)
+	if role != "alert" || !strings.Contains(text, "forbidden") || !eval[bool](t, s, `document.getElementById("flash").classList.contains("error")`) {
+		t.Errorf("suspend without the right: #flash role=%q %q, want role=alert class=error with the API server's forbidden message", role, text)
+	}
+	if getSync(t, sc.app).Spec.Suspend {
+		t.Errorf("team-a's reader suspended %s", sc.app)
+	}
+	// The live stream works for them too.
+	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
+
+	// The token is in no URL, no page or response, no event, no log line.
+	for _, r := range b.Requests() {
+		if strings.Contains(r.URL, token) || strings.Contains(r.URL, bad) {
+			t.Errorf("a token in the URL of %s %s", r.Method, r.URL)
+		}
+		if u, err := url.Parse(r.URL); err == nil && strings.Contains(u.RawQuery, "token") {
+			t.Errorf("a token parameter in %s", r.URL)
+		}
+	}
+	for _, tok := range []string{token, bad} {
+		if where := b.Find(tok); len(where) > 0 {
+			t.Errorf("a token shows in: %v", where)
+		}
+		for _, line := range srv.clusterLog.all() {
+			if strings.Contains(line, tok) {
+				t.Errorf("a token in the server's log: %.200s", line)
+			}
+		}
+	}
+	if len(srv.clusterLog.all()) == 0 {
+		t.Logf("the cluster mode server logged nothing")
+	}
+}
+
+func testNoSecrets(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session, b *browsertest.Browser) {
+	ctx := context.Background()
+	// The values are in the cluster, in the objects the pages show.
+	for _, want := range []struct {
+		key   client.ObjectKey
+		field string
+		value string
+	}{
+		{client.ObjectKey{Namespace: "replicate-secret-web", Name: "wildcard-tls"}, "tls.key", secretTLSKey},
+		{client.ObjectKey{Namespace: teamA, Name: "app-credentials"}, "api-key", secretAPIKey},
+	} {
+		sec := &corev1.Secret{}
+		if err := env.Client.Get(ctx, want.key, sec); err != nil {
+			t.Fatalf("Secret %s: %v", want.key, err)
+		}
+		if string(sec.Data[want.field]) != want.value {
+			t.Fatalf("Secret %s: %s is not the test's value: the check below would prove nothing", want.key, want.field)
+		}
+	}
+	pages := []string{"/", "/ms/platform/replicate-secret", "/ms/platform/replicate-secret/diff", "/ms/platform/replicate-secret/history",
+		"/ms/platform/replicate-secret/events", msPath(sc.app), msPath(sc.app) + "/diff", msPath(sc.app) + "/events", msPath(sc.app) + "/history?from=1&to=0"}
+	for _, p := range pages {
+		open(t, s, srv.local, p, 200)
+	}
+	// The tree pages show the Secrets (masked) and their YAML.
+	open(t, s, srv.local, "/ms/platform/replicate-secret", 200)
+	waitJS(t, s, `!!document.querySelector('li.node[data-object="Secret replicate-secret-web/wildcard-tls"] details.yaml pre')`, 10*time.Second)
+	// A change while the page listens: the stream carries events.
+	requestSync(t, client.ObjectKey{Namespace: platformNS, Name: "replicate-secret"})
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, m := range b.Messages() {
+			if strings.Contains(m.Data, "replicate-secret") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no server-sent event about replicate-secret among %d", len(b.Messages()))
+	})
+	b.Settle()
+	if missed := b.Missed(); len(missed) > 0 {
+		t.Logf("bodies not read (left before read): %v", missed)
+	}
+	var htmlBodies int
+	for _, r := range b.Responses() {
+		if strings.Contains(r.Body, "wildcard-tls") {
+			htmlBodies++
+		}
+	}
+	if htmlBodies == 0 {
+		t.Fatalf("no captured response shows the Secret wildcard-tls: the check would prove nothing")
+	}
+	for _, v := range []string{secretTLSKey, secretAPIKey} {
+		for _, enc := range []string{v, b64(v)} {
+			if where := b.Find(enc); len(where) > 0 {
+				t.Errorf("a Secret's value (%q) shows in: %v", enc, where)
+			}
+		}
+	}
+}
+
+// b64 is the first 20 characters of s in base64, as a Secret's data holds
+// it (they do not depend on what follows them).
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s))[:20] }
