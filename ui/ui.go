@@ -212,7 +212,7 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, log logr.L
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
@@ -237,6 +237,11 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, log logr.L
 	<-done
 	return nil
 }
+
+// readTimeout bounds the reading of a request (its header and body); a
+// stream outlives it (net/http lifts it once the request is read). A
+// variable for tests.
+var readTimeout = 30 * time.Second
 
 // loopbackHost reports whether a request's Host names this machine in a
 // way a foreign web page cannot make a browser send to it: an IP address

@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
 // TestClusterModeWithoutAGoodTokenServesOnlyTheLoginPage: with no token,
@@ -615,4 +617,70 @@ def main(ctx):
 	u.checkNoSecret(t, editor)
 	u.checkNoSecret(t, viewer)
 	u.checkNoSecret(t, "diff-secret-value")
+}
+
+// TestStreamOutlivesTheReadTimeout: served by ListenAndServe, a stream
+// still delivers changes after the server's read timeout, and the server
+// stops when its context ends.
+func TestStreamOutlivesTheReadTimeout(t *testing.T) {
+	env.Need(t)
+	old := readTimeout
+	readTimeout = time.Second
+	t.Cleanup(func() { readTimeout = old })
+	ns := env.Namespace(t, nil)
+	createSync(t, ns, "app")
+	logs := &logBuffer{}
+	s, err := New(Options{Mode: ModeLocal, Config: env.Config, Log: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	watch := make(chan error, 1)
+	go func() { watch <- s.Start(ctx) }()
+	addr := testenv.FreeAddr(t)
+	served := make(chan error, 1)
+	go func() { served <- ListenAndServe(ctx, addr, s, logs.logger()) }()
+	t.Cleanup(func() {
+		cancel()
+		for _, ch := range []chan error{watch, served} {
+			select {
+			case err := <-ch:
+				if err != nil {
+					t.Errorf("stopping: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the server did not stop with its context")
+			}
+		}
+	})
+	u := &testUI{Server: &httptest.Server{URL: "http://" + addr}, logs: logs}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		resp, err := http.Get(u.URL + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	events := u.openStream(t, "")
+	time.Sleep(2500 * time.Millisecond) // past the read timeout
+	ms := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "app"}, ms); err != nil {
+		t.Fatal(err)
+	}
+	ms.Status.Conditions[0].Message = "later"
+	if err := env.Client.Status().Update(context.Background(), ms); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if strings.Contains(ev.data, `"name":"app"`) && strings.Contains(ev.data, ns) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no change on the stream after the read timeout")
+		}
+	}
 }
