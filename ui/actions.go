@@ -180,7 +180,7 @@ func (s *Server) record(ctx context.Context, c *caller, key client.ObjectKey, re
 	_, _ = rand.Read(b)
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name + "." + hex.EncodeToString(b)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name[:min(len(key.Name), 200)] + "." + hex.EncodeToString(b)},
 		InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ManifestSync",
 			Namespace: key.Namespace, Name: key.Name, UID: ms.UID, ResourceVersion: ms.ResourceVersion},
 		Reason: reason, Message: message, Type: corev1.EventTypeNormal,

@@ -18,6 +18,10 @@
 // (ui/web), with one small script and one stylesheet: no build step, no
 // request to the internet. The data beyond a ManifestSync's status comes
 // from package ui/inspect, always read with the user's client.
+//
+// Only cmd/engine (`engine ui`, `engine operator`) imports it; the engine
+// and the operator's controllers must not, and it imports no front-end
+// tooling: what it serves is in ui/web as written.
 package ui
 
 import (
