@@ -316,6 +316,18 @@ func (b *Browser) NewSession(t testing.TB) *Session {
 		cancel()
 		t.Fatalf("opening a tab: %v", err)
 	}
+	// Bodies are kept outside the renderer, so that a response's body can
+	// still be read once the page that fetched it is gone (a fragment
+	// fetched just before a click navigates).
+	if err := s.Do(func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Call(ctx, network.ConfigureDurableMessages, network.ConfigureDurableMessagesParams{
+			MaxTotalBufferSize: new(int64(256 << 20)), MaxResourceBufferSize: new(int64(32 << 20)),
+		})
+		return chromedp.Void{}, err
+	}); err != nil {
+		cancel()
+		t.Fatalf("keeping response bodies: %v", err)
+	}
 	tab = ctx
 	t.Cleanup(func() {
 		// Let the body reads of this tab end before it goes.

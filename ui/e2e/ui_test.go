@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -165,6 +167,10 @@ func testOverview(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Sessio
 		}
 		if got := attr(t, s, sel, "data-ready"); got != ready {
 			t.Errorf("%s: data-ready=%q, the API says Ready %s", key, got, ready)
+		}
+		healthy := apimeta.IsStatusConditionTrue(ms.Status.Conditions, v1alpha1.ConditionHealthy)
+		if got := attr(t, s, sel, "data-health"); (got == "Healthy") != healthy {
+			t.Errorf("%s: data-health=%q, the API's Healthy condition is true: %v", key, got, healthy)
 		}
 		if got, want := attr(t, s, sel, "data-suspended"), fmt.Sprint(ms.Spec.Suspend); got != want {
 			t.Errorf("%s: data-suspended=%q, want %s", key, got, want)
@@ -414,6 +420,19 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	}
 	waitEvent(t, sc.app, "UIUndo")
 	waitReady(t, sc.app)
+
+	// The events tab lists them, newest first.
+	open(t, s, srv.local, page+"/events", 200)
+	reasons := eval[[]string](t, s, `[...document.querySelectorAll('table#events tr[data-reason]')].map(e => e.dataset.reason)`)
+	at := func(r string) int { return slices.Index(reasons, r) }
+	for _, r := range []string{"UISync", "UISuspend", "UIResume", "UIRollback", "UIUndo"} {
+		if at(r) < 0 {
+			t.Errorf("the events tab has no %s event: %v", r, reasons)
+		}
+	}
+	if at("UIUndo") > at("UISync") {
+		t.Errorf("the events tab is not newest first: %v", reasons)
+	}
 	_ = ctx
 }
 
@@ -523,13 +542,14 @@ func testScreenshots(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Bro
 		width, height int64
 		dark          bool
 		ready         string // a JS condition to wait for
+		scroll        string // an element to scroll to the top, or ""
 	}{
-		{"ui-overview.png", "/", 1280, 800, false, `!!document.querySelector('table#syncs tr[data-ms]')`},
-		{"ui-overview-dark.png", "/", 1280, 800, true, `!!document.querySelector('table#syncs tr[data-ms]')`},
-		{"ui-tree.png", "/ms/platform/starlark-app", 1280, 800, false, `!!document.querySelector('li.node li.node[data-object^="Pod "]')`},
-		{"ui-diff.png", msPath(sc.app) + "/diff", 1280, 800, false, `!!document.querySelector('div.diff[data-action="Configured"]')`},
-		{"ui-history.png", msPath(sc.app) + "/history?from=1&to=0", 1280, 800, false, `!!document.querySelector('table#history tr[data-entry]')`},
-		{"ui-phone.png", "/", 390, 844, false, `!!document.querySelector('table#syncs tr[data-ms]')`},
+		{"ui-overview.png", "/", 1280, 800, false, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
+		{"ui-overview-dark.png", "/", 1280, 800, true, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
+		{"ui-tree.png", "/ms/platform/starlark-app", 1280, 800, false, `!!document.querySelector('li.node li.node[data-object^="Pod "]')`, `section.target[data-target="dev"]`},
+		{"ui-diff.png", msPath(sc.app) + "/diff", 1280, 800, false, `!!document.querySelector('div.diff[data-action="Configured"]')`, ""},
+		{"ui-history.png", msPath(sc.app) + "/history?from=1&to=0", 1280, 800, false, `!!document.querySelector('table#history tr[data-entry]')`, ""},
+		{"ui-phone.png", "/", 390, 844, false, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
 	}
 	for _, sh := range shots {
 		s := b.NewSession(t)
@@ -542,6 +562,9 @@ func testScreenshots(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Bro
 		}
 		open(t, s, srv.local, sh.path, 200)
 		waitJS(t, s, sh.ready, 30*time.Second)
+		if sh.scroll != "" {
+			eval[bool](t, s, fmt.Sprintf(`(document.querySelector(%s).scrollIntoView(), true)`, q(sh.scroll)))
+		}
 		path := filepath.Join(dir, sh.file)
 		if err := s.Screenshot(path, sh.width, sh.height, sh.dark); err != nil {
 			t.Fatal(err)
@@ -625,6 +648,12 @@ func testRBAC(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
 			t.Fatal(err)
 		}
 		onLogin(t, anon, "no token, "+p)
+	}
+	// Without a session the stream and the actions answer 401.
+	for _, call := range []string{`fetch("/stream").then(r => r.status)`, fmt.Sprintf(`fetch(%s, {method: "POST", body: new URLSearchParams({confirm: "yes"})}).then(r => r.status)`, q(msPath(sc.app)+"/actions/suspend"))} {
+		if st, err := browsertest.Run(anon, chromedp.Evaluate[int](call, chromedp.EvalAwaitPromise)); err != nil || st != 401 {
+			t.Errorf("%s without a token: %d (%v), want 401", call, st, err)
+		}
 	}
 	// A bad token: the login page again, and still only it.
 	bad := "bad-token-0c7e1f2a9d"
@@ -738,7 +767,7 @@ func testNoSecrets(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Sessi
 	})
 	b.Settle()
 	if missed := b.Missed(); len(missed) > 0 {
-		t.Logf("bodies not read (left before read): %v", missed)
+		t.Errorf("bodies the browser could not give back, not searched: %v", missed)
 	}
 	var htmlBodies int
 	for _, r := range b.Responses() {
