@@ -94,10 +94,9 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, c *caller) {
 	var fl *flash
 	if err != nil {
 		fl = &flash{Error: true, Text: apiMessage(err)}
-		status = http.StatusBadGateway
-		var st apierrors.APIStatus
-		if errors.As(err, &st) && st.Status().Code >= 400 {
-			status = int(st.Status().Code)
+		status = statusOf(err)
+		if !isAPIError(err) {
+			status = http.StatusBadRequest // the action could not be done as asked (no such history entry)
 		}
 		s.log.Info("a UI action failed", "user", c.id.Name, "action", act, "manifestSync", target, "error", fl.Text)
 	} else {
@@ -158,6 +157,12 @@ func (s *Server) do(ctx context.Context, c *caller, key client.ObjectKey, act st
 		return "The rollback was undone." + notes(res), nil
 	}
 	return "", fmt.Errorf("unknown action %q", act)
+}
+
+// isAPIError reports whether err is the API server's answer.
+func isAPIError(err error) bool {
+	var st apierrors.APIStatus
+	return errors.As(err, &st)
 }
 
 func notes(res *history.Result) string {

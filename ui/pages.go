@@ -78,11 +78,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 // renderError writes a page saying why it cannot be shown: the API
 // server's own message, with its status (403 for forbidden).
 func (s *Server) renderError(w http.ResponseWriter, r *http.Request, c *caller, err error) {
-	status := http.StatusBadGateway
-	var st apierrors.APIStatus
-	if errors.As(err, &st) && st.Status().Code >= 400 {
-		status = int(st.Status().Code)
-	}
+	status := statusOf(err)
 	msg := apiMessage(err)
 	s.render(w, r, status, "error", &page{Title: http.StatusText(status), User: c.id.Name, Data: errorData{Status: status, Message: msg}})
 }
@@ -90,6 +86,16 @@ func (s *Server) renderError(w http.ResponseWriter, r *http.Request, c *caller, 
 type errorData struct {
 	Status  int
 	Message string
+}
+
+// statusOf is the HTTP status of an error of the API server (403 for
+// forbidden, 404 for not found); 502 for another error.
+func statusOf(err error) int {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Code >= 400 && st.Status().Code < 600 {
+		return int(st.Status().Code)
+	}
+	return http.StatusBadGateway
 }
 
 // apiMessage is the API server's own message of err, else err's text.
@@ -287,7 +293,7 @@ func (s *Server) showMS(w http.ResponseWriter, r *http.Request, c *caller, tab s
 	if err := c.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
 		if fl != nil {
 			// The action's outcome still shows above the error.
-			p := &page{Title: name, User: c.id.Name, Flash: fl, Self: msURL(ns, name), Data: errorData{Status: http.StatusForbidden, Message: apiMessage(err)}}
+			p := &page{Title: name, User: c.id.Name, Flash: fl, Self: msURL(ns, name), Data: errorData{Status: statusOf(err), Message: apiMessage(err)}}
 			s.render(w, r, status, "error", p)
 			return
 		}
