@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -683,4 +684,27 @@ func TestStreamOutlivesTheReadTimeout(t *testing.T) {
 			t.Fatal("no change on the stream after the read timeout")
 		}
 	}
+}
+
+// TestLocalModeFallsBackToTheContextsNamespace: a kubeconfig that may not
+// list ManifestSyncs in every namespace watches its context's namespace,
+// and the overview says so.
+func TestLocalModeFallsBackToTheContextsNamespace(t *testing.T) {
+	mine := env.Namespace(t, nil)
+	other := env.Namespace(t, nil)
+	createSync(t, mine, "app")
+	createSync(t, other, "app")
+	token, _ := serviceAccount(t, mine, "dev")
+	grant(t, mine, mine, "dev", "get", "list", "watch")
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = token
+	u := startUI(t, Options{Mode: ModeLocal, Config: cfg, Namespace: mine})
+	r := u.do(t, browser(t), http.MethodGet, "/", "", nil)
+	if got := rows(r.body); !slices.Equal(got, []string{mine + "/app"}) {
+		t.Errorf("the overview lists %v, want only %s/app", got, mine)
+	}
+	if !strings.Contains(r.body, "Showing namespace "+mine+" only") {
+		t.Errorf("the overview does not say it shows one namespace")
+	}
+	u.checkNoSecret(t, token)
 }
