@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -66,36 +67,52 @@ func Tree(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync) ([]Ta
 		return nil, fmt.Errorf("ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)
 	}
 	checker, _ := health.New(ms.Spec.HealthChecks) // an invalid rule was refused by the webhook; the rest still judge
-	r := &treeReader{c: c, checker: checker, lists: map[listKey]*childList{}, red: redact.New()}
+	r := &treeReader{c: c, checker: checker, lists: map[listKey]*childList{}, live: map[nodeKey]*unstructured.Unstructured{}, red: redact.New()}
 	out := make([]Target, 0, len(d.Targets))
-	read := 0
-	for _, vt := range d.Targets {
+	// Each target's nodes and their waves, in inventory order; the
+	// objects are read concurrently, readers at a time.
+	var (
+		jobs  []func()
+		read  int
+		nodes = make([][]Node, len(d.Targets))
+		waves = make([][]int, len(d.Targets))
+	)
+	for i, vt := range d.Targets {
 		t := Target{Target: vt}
 		remote := vt.Cluster != "" && vt.Cluster != "in-cluster"
-		waves := map[int][]Node{}
+		nodes[i], waves[i] = make([]Node, len(t.Objects)), make([]int, len(t.Objects))
 		skipped := 0
 		for j := range t.Objects {
 			o := &t.Objects[j]
-			n := Node{Group: o.Group, Version: o.Version, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Managed: true, State: o.State}
-			wave := 0
+			n := &nodes[i][j]
+			*n = Node{Group: o.Group, Version: o.Version, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Managed: true, State: o.State}
 			switch {
 			case remote:
 			case read >= MaxObjects:
 				skipped++
 			default:
 				read++
-				wave = r.readManaged(ctx, &n)
-				o.Health, o.HealthMessage = n.Health, n.HealthMessage
+				wave := &waves[i][j]
+				jobs = append(jobs, func() {
+					*wave = r.readManaged(ctx, n)
+					o.Health, o.HealthMessage = n.Health, n.HealthMessage
+				})
 			}
-			waves[wave] = append(waves[wave], n)
-		}
-		for _, w := range slices.Sorted(maps.Keys(waves)) {
-			t.Waves = append(t.Waves, Wave{Wave: w, Nodes: waves[w]})
 		}
 		if skipped > 0 {
 			t.Note = fmt.Sprintf("%d objects not read: one page reads at most %d", skipped, MaxObjects)
 		}
 		out = append(out, t)
+	}
+	runAll(jobs, readers)
+	for i := range out {
+		byWave := map[int][]Node{}
+		for j, n := range nodes[i] {
+			byWave[waves[i][j]] = append(byWave[waves[i][j]], n)
+		}
+		for _, w := range slices.Sorted(maps.Keys(byWave)) {
+			out[i].Waves = append(out[i].Waves, Wave{Wave: w, Nodes: byWave[w]})
+		}
 	}
 	// The YAML once every Secret is read, so that a value one holds is
 	// masked in every other object.
@@ -109,16 +126,35 @@ func Tree(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync) ([]Ta
 	return out, nil
 }
 
-// treeReader reads the objects of one Tree call; each namespace's
-// objects of one child kind are listed once.
+// readers is how many reads one Tree call makes at a time.
+const readers = 8
+
+// runAll runs jobs, n at a time, and returns when all have.
+func runAll(jobs []func(), n int) {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for _, job := range jobs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			job()
+		})
+	}
+	wg.Wait()
+}
+
+// treeReader reads the objects of one Tree call, concurrently; each
+// namespace's objects of one child kind are listed once.
 type treeReader struct {
 	c       client.Reader
 	checker *health.Checker
+	red     *redact.Redactor // knows the values of the Secrets read
+	mu      sync.Mutex       // guards lists and live
 	lists   map[listKey]*childList
-	// live are the objects read, by node; red knows the values of the
-	// Secrets among them; yamlBytes is the YAML shown so far.
-	live      map[nodeKey]*unstructured.Unstructured
-	red       *redact.Redactor
+	// live are the objects read, by node.
+	live map[nodeKey]*unstructured.Unstructured
+	// yamlBytes is the YAML shown so far (showYAML runs after the reads,
+	// alone).
 	yamlBytes int
 }
 
@@ -136,6 +172,7 @@ type listKey struct {
 // controller; err is why they could not be listed, truncated whether
 // there were more than MaxChildren.
 type childList struct {
+	once      sync.Once
 	byOwner   map[types.UID][]*unstructured.Unstructured
 	err       error
 	truncated bool
@@ -170,10 +207,9 @@ func (r *treeReader) readManaged(ctx context.Context, n *Node) int {
 // the object for its YAML; depth bounds the descent (a Deployment's Pods
 // are two levels down).
 func (r *treeReader) fill(ctx context.Context, n *Node, obj *unstructured.Unstructured, depth int) {
-	if r.live == nil {
-		r.live = map[nodeKey]*unstructured.Unstructured{}
-	}
+	r.mu.Lock()
 	r.live[keyOf(n)] = obj
+	r.mu.Unlock()
 	res := r.checker.Check(obj)
 	n.Health, n.HealthMessage = string(res.Status), res.Message
 	gvk, ok := childKinds[obj.GroupVersionKind().GroupKind()]
@@ -217,16 +253,25 @@ func (r *treeReader) showYAML(n *Node) {
 // MaxChildren at most.
 func (r *treeReader) list(ctx context.Context, namespace string, gvk schema.GroupVersionKind) *childList {
 	key := listKey{namespace, gvk}
-	if l, ok := r.lists[key]; ok {
-		return l
+	r.mu.Lock()
+	l, ok := r.lists[key]
+	if !ok {
+		l = &childList{}
+		r.lists[key] = l
 	}
-	l := &childList{byOwner: map[types.UID][]*unstructured.Unstructured{}}
-	r.lists[key] = l
+	r.mu.Unlock()
+	l.once.Do(func() { l.read(ctx, r.c, namespace, gvk) })
+	return l
+}
+
+// read lists namespace's objects of gvk into l.
+func (l *childList) read(ctx context.Context, c client.Reader, namespace string, gvk schema.GroupVersionKind) {
+	l.byOwner = map[types.UID][]*unstructured.Unstructured{}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := r.c.List(ctx, list, client.InNamespace(namespace), client.Limit(MaxChildren)); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.Limit(MaxChildren)); err != nil {
 		l.err = err
-		return l
+		return
 	}
 	l.truncated = list.GetContinue() != "" || len(list.Items) > MaxChildren
 	for i := range list.Items[:min(len(list.Items), MaxChildren)] {
@@ -241,7 +286,6 @@ func (r *treeReader) list(ctx context.Context, namespace string, gvk schema.Grou
 	for _, children := range l.byOwner {
 		slices.SortFunc(children, func(a, b *unstructured.Unstructured) int { return cmp.Compare(a.GetName(), b.GetName()) })
 	}
-	return l
 }
 
 // LiveYAML is obj as the UI shows it: YAML without managedFields, a
