@@ -35,6 +35,10 @@ func server(t *testing.T) *httptest.Server {
 		w.Header().Set("Content-Type", "text/javascript")
 		fmt.Fprint(w, script)
 	})
+	mux.HandleFunc("/set", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "who", Value: "first", Path: "/"})
+		fmt.Fprint(w, "set")
+	})
 	mux.HandleFunc("/data.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"v":"json-value"}`)
@@ -103,6 +107,20 @@ func TestCapture(t *testing.T) {
 	width, err := Eval[int](s, `innerWidth`)
 	if err != nil || width != 390 {
 		t.Errorf("emulation: innerWidth is %d (%v), want 390", width, err)
+	}
+	// Sessions do not share cookies.
+	first, second := b.NewSession(t), b.NewSession(t)
+	if _, err := first.Navigate(ts.URL + "/set"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Navigate(ts.URL + "/set"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Eval[bool](second, `(document.cookie = "who=second; path=/", true)`); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Eval[string](first, `document.cookie`); err != nil || c != "who=first" {
+		t.Errorf("the first session's cookies are %q (%v), want who=first", c, err)
 	}
 	pid := b.pid
 	if pid == 0 {
