@@ -32,7 +32,9 @@ type engineUI struct {
 	cmd    *exec.Cmd
 	url    string // http://127.0.0.1:PORT/, as it printed it
 	stderr *gittest.Buffer
-	exited chan error
+	exited chan error // Wait's
+	// waited is set once exited was received from: the process is gone.
+	waited bool
 }
 
 // startEngineUI starts engine ui with args (after the cluster's
@@ -56,9 +58,11 @@ func startEngineUI(t *testing.T, env []string, args ...string) *engineUI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if ui.cmd.ProcessState == nil {
+		if !ui.waited {
 			_ = ui.cmd.Process.Kill()
-			<-ui.exited
+			if err := <-ui.exited; err == nil {
+				t.Log("engine ui exited 0 before the test ended")
+			}
 		}
 	})
 	lines := make(chan string, 1)
@@ -80,6 +84,7 @@ func startEngineUI(t *testing.T, env []string, args ...string) *engineUI {
 		}
 		ui.url = addr
 	case err := <-ui.exited:
+		ui.waited = true
 		t.Fatalf("engine ui exited before it served: %v\n%s", err, ui.stderr.String())
 	case <-time.After(time.Minute):
 		t.Fatalf("engine ui did not say where it serves within a minute\n%s", ui.stderr.String())
@@ -96,6 +101,7 @@ func (ui *engineUI) stop(t *testing.T, sig os.Signal) {
 	}
 	select {
 	case err := <-ui.exited:
+		ui.waited = true
 		if err != nil {
 			t.Errorf("engine ui after %v: %v, want exit status 0\n%s", sig, err, ui.stderr.String())
 		}
