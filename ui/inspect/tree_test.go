@@ -3,11 +3,13 @@ package inspect
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -263,5 +265,56 @@ func TestTreeRemote(t *testing.T) {
 	all, _ := nodes(ts)
 	if n := all["ConfigMap "+ns+"/cfg"]; n.Health != "" || n.YAML != "" || n.State != view.StateSynced {
 		t.Errorf("remote object %+v: want its state alone", n)
+	}
+}
+
+// A CronJob's Jobs and their Pods are found two levels down; a
+// namespace flooded with more Pods than one list reads (a hostile user
+// scaling a Job's parallelism) leaves the rest out with a note, and the
+// page still answers.
+func TestTreeCronJob(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	podSpec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}
+	cron := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+		Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+			Template: corev1.PodTemplateSpec{Spec: podSpec}}}},
+	}
+	create(t, cron)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly-1", OwnerReferences: controlledBy("batch/v1", "CronJob", cron.Name, cron.UID)},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: podSpec}},
+	}
+	create(t, job)
+	// More Pods of the Job than one list reads, created 8 at a time.
+	sem, errs := make(chan struct{}, 8), make(chan error, MaxChildren+1)
+	for i := range MaxChildren + 1 {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- env.Client.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("nightly-1-%03d", i),
+				OwnerReferences: controlledBy("batch/v1", "Job", job.Name, job.UID)}, Spec: podSpec})
+		}()
+	}
+	for range MaxChildren + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := syncOf(t, ns, entry(ns, "batch", "v1", "CronJob", "nightly"))
+	ts, err := Tree(ctx, env.Client, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := nodes(ts)
+	c := all["CronJob "+ns+"/nightly"]
+	if len(c.Children) != 1 || c.Children[0].Name != "nightly-1" {
+		t.Fatalf("CronJob's children %+v, want its Job", c.Children)
+	}
+	j := c.Children[0]
+	if len(j.Children) != MaxChildren || !strings.Contains(j.Note, fmt.Sprintf("only the first %d Pods of namespace %s were listed", MaxChildren, ns)) {
+		t.Errorf("Job: %d Pods, note %q: want %d and a note", len(j.Children), j.Note, MaxChildren)
 	}
 }
