@@ -7,6 +7,14 @@
 // driving it (internal/browsertest). One control plane and one browser
 // serve the whole package: TestUI sets the scene once and runs its checks
 // as subtests, in order (some act on what the previous ones left).
+//
+// The README's screenshots come from the same run:
+//
+//	go test ./ui/e2e -run TestUI -count=1 -update-screenshots   # docs/images/ui-*.png
+//	UI_SCREENSHOTS=/tmp/shots go test ./ui/e2e -run TestUI -count=1
+//
+// It needs bin/envtest (make envtest) and chromium (hack/test-deps.sh);
+// under -short it is skipped.
 package e2e
 
 import (

@@ -47,7 +47,7 @@ const within = 2 * time.Second
 // (issue 27: within 1 s of the change, without a reload).
 const liveWithin = time.Second
 
-// ui holds the two servers of the scene.
+// uiServers are the two servers of the scene.
 type uiServers struct {
 	local, cluster string     // base URLs
 	clusterLog     *serverLog // the cluster mode server's log
