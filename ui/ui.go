@@ -142,6 +142,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Mode != ModeLocal && opts.Mode != ModeCluster {
 		return nil, fmt.Errorf("ui: unknown mode %d", opts.Mode)
 	}
+	// Pages read many objects at once (a tree reads each one): client-go's
+	// default of 5 requests a second would make them crawl.
+	opts.Config = rest.CopyConfig(opts.Config)
+	if opts.Config.QPS == 0 && opts.Config.RateLimiter == nil {
+		opts.Config.QPS, opts.Config.Burst = 50, 100
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("ui: scheme: %w", err)
