@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -64,6 +65,7 @@ func TestUI(t *testing.T) {
 	t.Run("Tree", func(t *testing.T) { testTree(t, srv, local) })
 	t.Run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
 	t.Run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
+	t.Run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
 	t.Run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
 	t.Run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
 	t.Run("RBAC", func(t *testing.T) { testRBAC(t, sc, srv, b) })
@@ -322,6 +324,15 @@ func testDrift(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session) 
 	// The overview and the diff say so too.
 	open(t, s, srv.local, "/", 200)
 	waitJS(t, s, fmt.Sprintf(`document.querySelector('tr[data-ms=%s]').dataset.drifted === "true"`, q(sc.app.String())), 10*time.Second)
+	if n := eval[string](t, s, `document.querySelector('#counts [data-count="drifted"]').textContent.trim()`); n != "1" {
+		t.Errorf("#counts says %s drifted, want 1", n)
+	}
+	for query, want := range map[string]string{"/?state=drifted": sc.app.String(), "/?q=starlark": "platform/starlark-app"} {
+		open(t, s, srv.local, query, 200)
+		if rows := eval[[]string](t, s, `[...document.querySelectorAll('table#syncs tr[data-ms]')].map(e => e.dataset.ms)`); len(rows) != 1 || rows[0] != want {
+			t.Errorf("%s lists %v, want only %s", query, rows, want)
+		}
+	}
 	open(t, s, srv.local, msPath(sc.app)+"/diff", 200)
 	d := `div.diff[data-object="ConfigMap team-a/app-config"]`
 	waitJS(t, s, `!!document.querySelector('`+d+`')`, 30*time.Second)
@@ -408,6 +419,19 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	}
 	if entry < 0 {
 		t.Fatalf("no history entry of commit %s: %+v", sc.commits[0], ms.Status.History)
+	}
+	// The files changed between the two commits' entries.
+	newest := slices.IndexFunc(ms.Status.History, func(h v1alpha1.HistoryEntry) bool {
+		return h.Inputs != nil && strings.Contains(h.Inputs.Sources["repo"], sc.commits[1])
+	})
+	if newest >= 0 {
+		open(t, s, srv.local, fmt.Sprintf("%s/history?from=%d&to=%d", page, entry, newest), 200)
+		files := eval[[]string](t, s, `[...document.querySelectorAll('ul#changes li[data-source="repo"] li[data-change]')].map(e => e.dataset.change + " " + e.querySelector("code").textContent)`)
+		if len(files) != 1 || files[0] != "Modified app.yaml" {
+			t.Errorf("files changed from entry %d to %d: %v, want [Modified app.yaml]", entry, newest, files)
+		}
+	} else {
+		t.Errorf("no history entry of commit %s", sc.commits[1])
 	}
 	open(t, s, srv.local, page+"/history", 200)
 	if n := eval[int](t, s, `document.querySelectorAll('table#history tr[data-entry]').length`); n != len(ms.Status.History) {
@@ -923,5 +947,34 @@ func testHeaders(t *testing.T, b *browsertest.Browser) {
 		if u, err := url.Parse(r.URL); err == nil && u.Scheme != "data" && u.Hostname() != "127.0.0.1" && r.URL != "about:blank" {
 			t.Errorf("a request left loopback: %s %s", r.Method, r.URL)
 		}
+	}
+}
+
+// testNoScript: without its script the page still acts, through the
+// server's confirmation page.
+func testNoScript(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	s := b.NewSession(t)
+	if err := s.Do(func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	open(t, s, srv.local, msPath(sc.other), 200)
+	before := getSync(t, sc.other).Annotations[webhook.RequestedAtAnnotation]
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	click(t, s, `button[data-action="sync"]`)
+	waitJS(t, s, `window.__beforeAction === undefined && document.readyState === "complete" && !!document.querySelector('form input[name="confirm"]')`, 15*time.Second)
+	if got := getSync(t, sc.other).Annotations[webhook.RequestedAtAnnotation]; got != before {
+		t.Errorf("the action ran before it was confirmed")
+	}
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	click(t, s, `form:has(input[name="confirm"]) button[type="submit"]`)
+	waitAnswer(t, s)
+	if role, text := flash(t, s); role != "status" {
+		t.Errorf("sync without script: #flash role=%q %q", role, text)
+	}
+	if got := getSync(t, sc.other).Annotations[webhook.RequestedAtAnnotation]; got == before || got == "" {
+		t.Errorf("sync without script: %s is %q (was %q)", webhook.RequestedAtAnnotation, got, before)
 	}
 }
