@@ -708,3 +708,42 @@ func TestLocalModeFallsBackToTheContextsNamespace(t *testing.T) {
 	}
 	u.checkNoSecret(t, token)
 }
+
+// TestStaticFilesAndSecurityHeaders: the script, the stylesheet and the
+// icon are served from the binary, the templates are not; every answer
+// carries the security headers; /healthz answers.
+func TestStaticFilesAndSecurityHeaders(t *testing.T) {
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	for path, want := range map[string]string{
+		"/static/app.js":      "text/javascript",
+		"/static/app.css":     "text/css",
+		"/static/favicon.svg": "image/svg+xml",
+		"/healthz":            "text/plain",
+		"/":                   "text/html",
+	} {
+		r := u.do(t, c, http.MethodGet, path, "", nil)
+		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), want) {
+			t.Errorf("GET %s: %d %s, want 200 %s", path, r.status, r.header.Get("Content-Type"), want)
+		}
+		for h, v := range map[string]string{
+			"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+			"X-Content-Type-Options":  "nosniff",
+			"Referrer-Policy":         "no-referrer",
+		} {
+			if !strings.HasPrefix(r.header.Get(h), v) {
+				t.Errorf("GET %s: %s %q, want %q", path, h, r.header.Get(h), v)
+			}
+		}
+	}
+	for _, path := range []string{"/static/layout.html", "/static/", "/static/../ui.go", "/nothing"} {
+		if r := u.do(t, c, http.MethodGet, path, "", nil); r.status != http.StatusNotFound && r.status != http.StatusMovedPermanently && r.status != http.StatusTemporaryRedirect {
+			t.Errorf("GET %s: %d, want 404 (or a redirect to the clean path)", path, r.status)
+		}
+	}
+	// A body past the bound is refused, not read.
+	big := url.Values{"token": {strings.Repeat("x", maxBody+1)}}
+	if r := u.do(t, c, http.MethodPost, "/ms/default/x/actions/sync", "", big); r.status != http.StatusBadRequest {
+		t.Errorf("a POST of %d bytes: %d, want 400", maxBody+1, r.status)
+	}
+}

@@ -18,7 +18,7 @@ import (
 // web holds the page templates, the script and the stylesheet, built into
 // the binary.
 //
-//go:embed web/*.html web/app.js web/app.css
+//go:embed web/*.html web/app.js web/app.css web/favicon.svg
 var web embed.FS
 
 // pageNames are the templates of whole pages; each defines "main" and is
@@ -48,7 +48,7 @@ func parseTemplates() error {
 	return templatesErr
 }
 
-// staticHandler serves app.js and app.css.
+// staticHandler serves app.js, app.css and the icon.
 func staticHandler() http.Handler {
 	sub, err := fs.Sub(web, "web")
 	if err != nil {
@@ -56,7 +56,9 @@ func staticHandler() http.Handler {
 	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "app.js" && r.URL.Path != "app.css" {
+		switch r.URL.Path {
+		case "app.js", "app.css", "favicon.svg":
+		default:
 			http.NotFound(w, r)
 			return
 		}
