@@ -100,6 +100,15 @@ func runUI(ctx context.Context, stdout, stderr io.Writer, f *uiFlags) error {
 	if !loopbackHost(host) {
 		warning(stderr, "ui: --addr %s is not a loopback address: anyone who reaches it acts as the kubeconfig's user on %s", f.addr, cfg.Host)
 	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// Listening first: a port in use fails at once, before an
+	// evaluation worker is started.
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return usageErr("ui: %w", err)
+	}
+	defer ln.Close()
 	log := uiLogger(stderr)
 	ctrllog.SetLogger(log)
 
@@ -113,12 +122,6 @@ func runUI(ctx context.Context, stdout, stderr io.Writer, f *uiFlags) error {
 		return usageErr("ui: %w", err)
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return usageErr("ui: %w", err)
-	}
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(stdout, "ui: serving on %s\n", url)
 	if f.open {

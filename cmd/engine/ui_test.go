@@ -239,12 +239,20 @@ func TestUI(t *testing.T) {
 }
 
 // engine ui's usage errors exit 2 before anything is served: an address
-// without a port, one already in use.
+// without a port, one of no interface of this machine (after the warning
+// a non-loopback address gets), one already in use.
 func TestUIUsageErrors(t *testing.T) {
 	needCluster(t)
 	code, _, stderr := engineCluster(t, "ui", "--addr", "localhost")
 	if code != exitUsage || !strings.Contains(stderr, "--addr") {
 		t.Errorf("engine ui --addr localhost: exit %d, stderr %q; want 2 naming --addr", code, stderr)
+	}
+	// An address of no interface here (TEST-NET-1): the warning that
+	// a non-loopback address serves anyone comes first, then the listen
+	// fails; nothing is exposed.
+	code, _, stderr = engineCluster(t, "ui", "--addr", "192.0.2.1:0")
+	if code != exitUsage || !strings.Contains(stderr, "warning: ui: --addr 192.0.2.1:0 is not a loopback address: anyone who reaches it acts as the kubeconfig's user") {
+		t.Errorf("engine ui --addr 192.0.2.1:0: exit %d, stderr %q; want the warning, then exit 2", code, stderr)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
