@@ -194,10 +194,17 @@ func (st *store) handler() toolscache.ResourceEventHandler {
 				st.set(ms)
 			}
 		},
-		UpdateFunc: func(_, obj any) {
-			if ms, ok := obj.(*v1alpha1.ManifestSync); ok {
-				st.set(ms)
+		UpdateFunc: func(old, obj any) {
+			ms, ok := obj.(*v1alpha1.ManifestSync)
+			if !ok {
+				return
 			}
+			// A resync hands the same object again: nothing changed, and
+			// no open page need refetch.
+			if o, ok := old.(*v1alpha1.ManifestSync); ok && o.ResourceVersion == ms.ResourceVersion {
+				return
+			}
+			st.set(ms)
 		},
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
