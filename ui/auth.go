@@ -58,9 +58,6 @@ func newIdentity(name, uid string, groups []string, extra map[string][]string) *
 type caller struct {
 	id     *identity
 	client client.Client
-	// session is the id of the login session, or "" for a bearer header
-	// (or ModeLocal).
-	session string
 }
 
 // errUnauthenticated: no token, or one the API server did not accept.
@@ -89,13 +86,17 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	}
 	id, err := s.reviewToken(r.Context(), token)
 	if err != nil {
+		if session != "" && errors.Is(err, errUnauthenticated) {
+			// Its token expired or was revoked: the session is over.
+			s.sessions.remove(session)
+		}
 		return nil, err
 	}
 	c, err := s.clientFor(id)
 	if err != nil {
 		return nil, err
 	}
-	return &caller{id: id, client: c, session: session}, nil
+	return &caller{id: id, client: c}, nil
 }
 
 // reviewToken asks the API server who token is, remembering the answer
