@@ -215,6 +215,9 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := controller.ValidateInstanceID(f.reconcilerOpts.InstanceID); err != nil {
 		return usageErr("operator: --instance-id: %v", err)
 	}
+	if err := checkUIBindAddress(f.uiAddr); err != nil {
+		return err
+	}
 	if !f.trustedSet {
 		f.reconcilerOpts.TrustedNamespaces = ownNamespace(os.Getenv, os.ReadFile)
 	}

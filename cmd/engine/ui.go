@@ -242,8 +242,8 @@ func addOperatorUI(mgr manager.Manager, addr, instanceID string) (func(), error)
 	if addr == "" || addr == "0" {
 		return func() {}, nil
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, usageErr("operator: --ui-bind-address %q: want [HOST]:PORT, such as :8090: %w", addr, err)
+	if err := checkUIBindAddress(addr); err != nil {
+		return nil, err
 	}
 	evaluator, stopEvaluator, err := newUIEvaluator("operator")
 	if err != nil {
@@ -271,6 +271,18 @@ func addOperatorUI(mgr manager.Manager, addr, instanceID string) (func(), error)
 		return nil, fmt.Errorf("operator: ui: %w", err)
 	}
 	return stopEvaluator, nil
+}
+
+// checkUIBindAddress refuses an --ui-bind-address that is neither "0"
+// (off) nor [HOST]:PORT, before the operator waits for its API server.
+func checkUIBindAddress(addr string) error {
+	if addr == "" || addr == "0" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return usageErr("operator: --ui-bind-address %q: want [HOST]:PORT, such as :8090, or 0 (off): %w", addr, err)
+	}
+	return nil
 }
 
 // uiListener serves the UI on its address while the manager runs, on

@@ -265,6 +265,16 @@ func TestUIUsageErrors(t *testing.T) {
 	}
 }
 
+// engine operator refuses a malformed --ui-bind-address at once, before
+// it looks for its cluster.
+func TestOperatorUIBindAddressMalformed(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run([]string{"operator", "--ui-bind-address", "8090", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), `--ui-bind-address "8090": want [HOST]:PORT`) {
+		t.Errorf("engine operator --ui-bind-address 8090: exit %d, stderr %q; want 2 naming the flag", code, stderr.String())
+	}
+}
+
 // Which --addr is loopback (no warning), and the address a browser
 // opens for a wildcard one.
 func TestUIAddresses(t *testing.T) {
