@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -70,8 +72,9 @@ func TestUI(t *testing.T) {
 	t.Run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
 	t.Run("RBAC", func(t *testing.T) { testRBAC(t, sc, srv, b) })
 	t.Run("NoSecrets", func(t *testing.T) { testNoSecrets(t, sc, srv, local, b) })
+	t.Run("CrossOrigin", func(t *testing.T) { testCrossOrigin(t, sc, srv, b) })
 	t.Run("HostCheck", func(t *testing.T) { testHostCheck(t, srv) })
-	t.Run("Headers", func(t *testing.T) { testHeaders(t, b) })
+	t.Run("Headers", func(t *testing.T) { testHeaders(t, srv, b) })
 	t.Run("NoConsoleErrors", func(t *testing.T) {
 		if errs := b.ConsoleErrors(); len(errs) > 0 {
 			t.Errorf("the pages logged errors (a script error or a CSP violation):\n%s", strings.Join(errs, "\n"))
@@ -743,6 +746,25 @@ func testRBAC(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
 	if eval[bool](t, s, `document.cookie.indexOf("manifestsync-session") >= 0`) {
 		t.Errorf("the session cookie is readable by scripts (not HttpOnly)")
 	}
+	cookies, err := browsertest.Run(s, func(ctx context.Context, _ *chromedp.Target) ([]*network.Cookie, error) {
+		res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{srv.cluster + "/"}})
+		return res.Cookies, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session *network.Cookie
+	for _, c := range cookies {
+		if c.Name == "manifestsync-session" {
+			session = c
+		}
+		if strings.Contains(c.Value, token) {
+			t.Errorf("cookie %s holds the token", c.Name)
+		}
+	}
+	if session == nil || !session.HTTPOnly || session.SameSite != network.CookieSameSiteStrict || len(session.Value) < 16 {
+		t.Errorf("the session cookie is %+v, want manifestsync-session, HttpOnly, SameSite=Strict, a random id", session)
+	}
 	waitJS(t, s, fmt.Sprintf(`!!document.querySelector('tr[data-ms=%s]')`, q(sc.app.String())), 10*time.Second)
 	rows := eval[[]string](t, s, `[...document.querySelectorAll('table#syncs tr[data-ms]')].map(e => e.dataset.ms)`)
 	if len(rows) != 1 || rows[0] != sc.app.String() {
@@ -920,10 +942,10 @@ func testHostCheck(t *testing.T, srv *uiServers) {
 	}
 }
 
-// testHeaders: every page the browser loaded came with the CSP of the
-// contract (no inline script or style) and the static files from the
-// server itself.
-func testHeaders(t *testing.T, b *browsertest.Browser) {
+// testHeaders: every page of the UI came with the CSP of the contract (no
+// inline script or style), nothing was requested off loopback, and the
+// script's refetches got fragments.
+func testHeaders(t *testing.T, srv *uiServers, b *browsertest.Browser) {
 	var docs int
 	for _, r := range b.Responses() {
 		u, err := url.Parse(r.URL)
@@ -931,7 +953,8 @@ func testHeaders(t *testing.T, b *browsertest.Browser) {
 			t.Errorf("a request left loopback: %s", r.URL)
 			continue
 		}
-		if r.Type != "Document" {
+		ours := strings.HasPrefix(r.URL, srv.local+"/") || strings.HasPrefix(r.URL, srv.cluster+"/")
+		if r.Type != "Document" || !ours {
 			continue
 		}
 		docs++
@@ -942,6 +965,20 @@ func testHeaders(t *testing.T, b *browsertest.Browser) {
 	}
 	if docs == 0 {
 		t.Errorf("no document captured")
+	}
+	// The script's refetches get the <main> fragment, not a page.
+	var fragments int
+	for _, r := range b.Responses() {
+		if r.Type != "Fetch" || r.Status != 200 || !strings.Contains(r.MIMEType, "html") {
+			continue
+		}
+		fragments++
+		if strings.Contains(strings.ToLower(r.Body), "<html") || strings.Contains(r.Body, `id="main"`) {
+			t.Errorf("the fragment of %s is a whole page", r.URL)
+		}
+	}
+	if fragments == 0 {
+		t.Errorf("no fragment refetch captured: the pages never updated live")
 	}
 	for _, r := range b.Requests() {
 		if u, err := url.Parse(r.URL); err == nil && u.Scheme != "data" && u.Hostname() != "127.0.0.1" && r.URL != "about:blank" {
@@ -976,5 +1013,35 @@ func testNoScript(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browse
 	}
 	if got := getSync(t, sc.other).Annotations[webhook.RequestedAtAnnotation]; got == before || got == "" {
 		t.Errorf("sync without script: %s is %q (was %q)", webhook.RequestedAtAnnotation, got, before)
+	}
+}
+
+// testCrossOrigin: a page of another origin (another port of 127.0.0.1)
+// that posts an action form to the UI is refused, and nothing happens.
+func testCrossOrigin(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	action := srv.local + msPath(sc.other) + "/actions/suspend"
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><html lang="en"><title>evil</title><form method="post" action="%s">
+<input type="hidden" name="confirm" value="yes"><button id="go" type="submit">go</button></form></html>`, action)
+	}))
+	defer evil.Close()
+	s := b.NewSession(t)
+	open(t, s, evil.URL, "/", 200)
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	click(t, s, "#go")
+	waitJS(t, s, `window.__beforeAction === undefined && document.readyState === "complete"`, 15*time.Second)
+	if getSync(t, sc.other).Spec.Suspend {
+		t.Errorf("a form of another origin suspended %s", sc.other)
+		setSuspend(t, sc.other, false)
+	}
+	var status int64
+	for _, r := range b.Responses() {
+		if r.URL == action {
+			status = r.Status
+		}
+	}
+	if status != http.StatusForbidden {
+		t.Errorf("the cross-origin POST %s was answered %d, want 403", action, status)
 	}
 }
