@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/internal/objdiff"
 	"github.com/manifestsync/manifestsync/internal/plural"
@@ -201,7 +202,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 		return usageErr("diff: %s: %w", cfg.Host, res.Redactor.Error(err))
 	}
 	objdiff.RedactDiffs(diffs, res.Redactor)
-	return report(stdout, stderr, diffs)
+	return report(stdout, stderr, diffs, res.Redactor)
 }
 
 // evaluateForDiff evaluates the ManifestSync as eval does, but with the
@@ -266,20 +267,23 @@ func clusterScope(mapper apimeta.RESTMapper) engine.Scope {
 }
 
 // report prints what would change, and a summary on stderr; nothing when
-// nothing would. Its error carries the exit status.
-func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
+// nothing would. Its error carries the exit status. red masks the
+// evaluation's Secret values wherever they show, in the names of targets
+// and objects too (a transform may name an object after one).
+func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff, red *redact.Redactor) error {
 	counts := map[controller.Action]int{}
 	var b strings.Builder
 	for _, d := range diffs {
 		counts[d.Action]++
+		target, object := red.String(d.Target), red.String(d.Describe())
 		switch d.Action {
 		case controller.ActionConflict:
-			fmt.Fprintf(&b, "# %s: %s: conflict: %v\n", d.Target, d.Describe(), d.Err)
+			fmt.Fprintf(&b, "# %s: %s: conflict: %v\n", target, object, d.Err)
 		case controller.ActionFailed:
-			fmt.Fprintf(&b, "# %s: %s: would fail: %v\n", d.Target, d.Describe(), d.Err)
+			fmt.Fprintf(&b, "# %s: %s: would fail: %v\n", target, object, d.Err)
 		case controller.ActionCreated, controller.ActionConfigured, controller.ActionPruned:
-			fmt.Fprintf(&b, "# %s: %s: would be %s\n", d.Target, d.Describe(), strings.ToLower(string(d.Action)))
-			if err := writeDiff(&b, d); err != nil {
+			fmt.Fprintf(&b, "# %s: %s: would be %s\n", target, object, strings.ToLower(string(d.Action)))
+			if err := writeDiff(&b, target+"/"+object, d, red); err != nil {
 				return err
 			}
 		}
@@ -302,7 +306,6 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff) error {
 
 // writeDiff writes the unified diff of one object, YAML against YAML, with
 // Secret data masked.
-func writeDiff(w io.Writer, d controller.ObjectDiff) error {
-	name := d.Target + "/" + d.Describe()
-	return objdiff.Write(w, "live/"+name, "desired/"+name, d.Live, d.Desired, nil)
+func writeDiff(w io.Writer, name string, d controller.ObjectDiff, red *redact.Redactor) error {
+	return objdiff.Write(w, "live/"+name, "desired/"+name, d.Live, d.Desired, red)
 }

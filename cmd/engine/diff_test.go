@@ -510,3 +510,24 @@ func TestDiffSecretValueElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// A transform may name an object after a Secret's value: the diff's
+// headers mask the name as its body masks the value.
+func TestDiffSecretValueInName(t *testing.T) {
+	env := needCluster(t)
+	const value = "leaked-secret-name"
+	dir, ns := newSyncDir(t, env, map[string]string{
+		"secret.yaml": secretYAML("admin", value),
+		"named.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + value + "}\ndata: {a: b}\n",
+	})
+	code, stdout, stderr := diff(t, dir)
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (changes)\n%s", code, stderr)
+	}
+	wantContains(t, stdout, "# dev: ConfigMap "+ns+"/***: would be created")
+	for _, s := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+		if strings.Contains(stdout, s) || strings.Contains(stderr, s) {
+			t.Errorf("the output shows %q:\n%s", s, stdout)
+		}
+	}
+}
