@@ -178,8 +178,8 @@ func requestSync(t *testing.T, key client.ObjectKey) {
 	}
 }
 
-// teamAManifests is team-a's repository at a version: a ConfigMap and a
-// Secret whose value is secretAPIKey.
+// teamAManifests is team-a's repository at a version: a ConfigMap, a
+// Secret whose value is secretAPIKey and a Deployment.
 func teamAManifests(version string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
@@ -190,6 +190,18 @@ apiVersion: v1
 kind: Secret
 metadata: {name: app-credentials}
 stringData: {api-key: %q}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - {name: api, image: registry.example.com/team-a/api:1.0.0}
 `, version, secretAPIKey)
 }
 

@@ -612,7 +612,8 @@ func testScreenshots(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Bro
 	}{
 		{"ui-overview.png", "/", 1280, 800, false, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
 		{"ui-overview-dark.png", "/", 1280, 800, true, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
-		{"ui-tree.png", "/ms/platform/starlark-app", 1280, 800, false, `!!document.querySelector('li.node li.node[data-object^="Pod "]')`, `section.target[data-target="dev"]`},
+		{"ui-tree.png", msPath(sc.app), 1280, 800, false,
+			`document.querySelectorAll('li.node[data-object^="Deployment "] li.node[data-object^="Pod "][data-health="Current"]').length === 2 && !!document.querySelector('li.node[data-state="Drifted"]')`, `section.target`},
 		{"ui-diff.png", msPath(sc.app) + "/diff", 1280, 800, false, `!!document.querySelector('div.diff[data-action="Configured"]')`, ""},
 		{"ui-history.png", msPath(sc.app) + "/history?from=1&to=0", 1280, 800, false, `!!document.querySelector('table#history tr[data-entry]')`, ""},
 		{"ui-phone.png", "/", 390, 844, false, `!!document.querySelector('table#syncs tr[data-ms]')`, ""},
