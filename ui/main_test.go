@@ -118,7 +118,12 @@ func startCache(t *testing.T) cache.Cache {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the cache: %v", err)
+		}
+	})
 	return c
 }
 
@@ -318,14 +323,16 @@ func (u *testUI) openStream(t *testing.T, token string) <-chan sseEvent {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the reader below closes it
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
 		t.Fatalf("GET /stream: %s", resp.Status)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		resp.Body.Close()
 		t.Fatalf("GET /stream: Content-Type %q", ct)
 	}
 	ch := make(chan sseEvent, 100)

@@ -262,7 +262,9 @@ func (s *Server) runWatch(ctx context.Context) error {
 	case <-ctx.Done():
 		_ = inf.RemoveEventHandler(reg)
 		if own {
-			<-errc
+			if err := <-errc; err != nil {
+				return fmt.Errorf("ui: cache of ManifestSyncs: %w", err)
+			}
 		}
 		return nil
 	case err := <-errc:

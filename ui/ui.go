@@ -244,7 +244,9 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, log logr.L
 	if err := srv.Shutdown(shutdown); err != nil {
 		_ = srv.Close()
 	}
-	<-done
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("ui: serving: %w", err)
+	}
 	return nil
 }
 
