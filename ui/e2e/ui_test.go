@@ -1006,6 +1006,18 @@ func testHeaders(t *testing.T, srv *uiServers, b *browsertest.Browser) {
 	if fragments == 0 {
 		t.Errorf("no fragment refetch captured: the pages never updated live")
 	}
+	// No polling: every refetch followed a change the stream announced
+	// (several changes within 250 ms make one refetch).
+	var changes int
+	for _, m := range b.Messages() {
+		if m.Event == "change" {
+			changes++
+		}
+	}
+	if fragments > changes {
+		t.Errorf("%d refetches for %d changes announced: the pages poll", fragments, changes)
+	}
+	t.Logf("%d changes announced, %d refetches", changes, fragments)
 	for _, r := range b.Requests() {
 		if u, err := url.Parse(r.URL); err == nil && u.Scheme != "data" && u.Hostname() != "127.0.0.1" && r.URL != "about:blank" {
 			t.Errorf("a request left loopback: %s %s", r.Method, r.URL)
