@@ -17,7 +17,6 @@ package browsertest
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -376,7 +375,7 @@ func (s *Session) Navigate(url string) (int64, error) {
 	return resp.Status, nil
 }
 
-// Screenshot loads nothing: it sets the viewport to width x height and the
+// Screenshot takes the page as it is (it loads nothing): it sets the viewport to width x height and the
 // colour scheme (dark or light), waits a moment for the layout, and writes
 // the viewport as a PNG to path (its directory made).
 func (s *Session) Screenshot(path string, width, height int64, dark bool) error {
@@ -501,12 +500,9 @@ func (b *Browser) Find(s string) []string {
 	return out
 }
 
-// ErrNoElement is returned by WaitFor when the element does not show up.
-var ErrNoElement = errors.New("no such element")
-
-// WaitJS polls the JavaScript expression (a boolean) every 50ms until it
-// is true, at most within; it returns the expression's last error or
-// ErrNoElement-like failure.
+// WaitJS polls the JavaScript expression (a boolean) in the page every
+// 50ms until it is true, at most for within; it returns the last error of
+// the evaluation, or says the expression stayed false.
 func (s *Session) WaitJS(expr string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	var last error
