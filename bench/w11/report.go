@@ -30,7 +30,7 @@ func report(rounds []round) ([]harness.Row, []string) {
 	p50 := reported(harness.Absolute(workload, "overview p50, server side", "ms", each(func(r round) float64 { return ms(r.p50) }), "reported", always))
 	client := reported(harness.Absolute(workload, "overview p95 as the client waited (loopback, whole page read)", "ms", each(func(r round) float64 { return ms(r.clientP95) }), "reported", always))
 	size := reported(harness.Absolute(workload, "overview page size", "KiB", each(func(r round) float64 { return float64(r.pageBytes) / 1024 }), "reported", always))
-	base := reported(harness.Absolute(workload, fmt.Sprintf("engine ui resident set (VmRSS), %d ManifestSyncs listed, before the streams", syncs), "MiB",
+	base := reported(harness.Absolute(workload, fmt.Sprintf("engine ui resident set (VmRSS of its own process, not its evaluation workers'), %d ManifestSyncs listed, before the streams", syncs), "MiB",
 		each(func(r round) float64 { return mib(r.rssBase) }), "reported", always))
 	rss := harness.Absolute(workload, fmt.Sprintf("VmRSS added by %d open event streams (GET /stream), after one change reached them all", nStreams), "MiB",
 		each(func(r round) float64 { return mib(r.rssAdded) }), "≤ 10 MiB", func(v float64) bool { return v <= mib(rssTarget) })

@@ -60,7 +60,10 @@ func startUI(ctx context.Context, engineBin, kubeconfig, logFile string) (*uiPro
 		s := bufio.NewScanner(out)
 		for s.Scan() {
 			if m := servingLine.FindStringSubmatch(s.Text()); m != nil {
-				addr <- m[1]
+				select { // the first address; the reader never blocks
+				case addr <- m[1]:
+				default:
+				}
 			}
 			fmt.Fprintln(log, s.Text())
 		}
