@@ -86,23 +86,31 @@ func TestUI(t *testing.T) {
 	b := browsertest.Start(t, browsertest.Options{})
 	local := b.NewSession(t)
 
-	t.Run("Overview", func(t *testing.T) { testOverview(t, sc, srv, local) })
-	t.Run("Tree", func(t *testing.T) { testTree(t, srv, local) })
-	t.Run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
-	t.Run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
-	t.Run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
-	t.Run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
-	t.Run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
-	t.Run("RBAC", func(t *testing.T) { testRBAC(t, sc, srv, b) })
-	t.Run("NoSecrets", func(t *testing.T) { testNoSecrets(t, sc, srv, local, b) })
-	t.Run("CrossOrigin", func(t *testing.T) { testCrossOrigin(t, sc, srv, b) })
-	t.Run("HostCheck", func(t *testing.T) { testHostCheck(t, srv) })
-	t.Run("Headers", func(t *testing.T) { testHeaders(t, srv, b) })
-	t.Run("NoConsoleErrors", func(t *testing.T) {
-		if errs := b.ConsoleErrors(); len(errs) > 0 {
-			t.Errorf("the pages logged errors (a script error or a CSP violation):\n%s", strings.Join(errs, "\n"))
-		}
-	})
+	// Each check fails on the console errors (a script error, a CSP
+	// violation) its pages logged.
+	run := func(name string, check func(t *testing.T)) {
+		before := len(b.ConsoleErrors())
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if errs := b.ConsoleErrors()[before:]; len(errs) > 0 {
+					t.Errorf("the pages logged errors (a script error or a CSP violation):\n%s", strings.Join(errs, "\n"))
+				}
+			}()
+			check(t)
+		})
+	}
+	run("Overview", func(t *testing.T) { testOverview(t, sc, srv, local) })
+	run("Tree", func(t *testing.T) { testTree(t, srv, local) })
+	run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
+	run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
+	run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
+	run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
+	run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
+	run("RBAC", func(t *testing.T) { testRBAC(t, sc, srv, b) })
+	run("NoSecrets", func(t *testing.T) { testNoSecrets(t, sc, srv, local, b) })
+	run("CrossOrigin", func(t *testing.T) { testCrossOrigin(t, sc, srv, b) })
+	run("HostCheck", func(t *testing.T) { testHostCheck(t, srv) })
+	run("Headers", func(t *testing.T) { testHeaders(t, srv, b) })
 }
 
 // startUI serves the UI in both modes with the administrator's config:
