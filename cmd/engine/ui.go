@@ -112,7 +112,7 @@ func runUI(ctx context.Context, stdout, stderr io.Writer, f *uiFlags) error {
 	log := uiLogger(stderr)
 	ctrllog.SetLogger(log)
 
-	evaluator, stopEvaluator, err := newUIEvaluator("ui")
+	evaluator, stopEvaluator, err := newUIEvaluator("ui", cfg)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func addOperatorUI(mgr manager.Manager, addr, instanceID string) (func(), error)
 	if err := checkUIBindAddress(addr); err != nil {
 		return nil, err
 	}
-	evaluator, stopEvaluator, err := newUIEvaluator("operator")
+	evaluator, stopEvaluator, err := newUIEvaluator("operator", mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}

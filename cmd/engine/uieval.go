@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
@@ -25,11 +25,12 @@ import (
 
 // The bounds of one evaluation for the web UI's diff view: the worker's
 // memory (as --max-memory's default) and time (as the operator's default
-// evaluation timeout), and the time to read the sources.
+// evaluation timeout), the time to read the sources, and the objects the
+// object and object set sources may read (boundedReader).
 const (
 	uiEvalTimeout  = 30 * time.Second
 	uiFetchTimeout = 60 * time.Second
-	uiMaxObjects   = 5000 // objects one object set source reads
+	uiMaxObjects   = 5000
 )
 
 // uiEvaluator evaluates a ManifestSync of the cluster as the operator
@@ -37,22 +38,41 @@ const (
 // --ui-bind-address`). Its sources are read as its spec says, through the
 // same source.Resolver as the operator and the CLI: git with the git
 // provider, charts with helm/charts, the credentials of their secretRefs
-// and the object and object set sources read through the client of the
-// request, which is the user's (their kubeconfig, or impersonation of
-// them), within the operator's allow-list (controller.SharedWith). The
-// evaluation runs in the sandboxed worker pool of the offline commands.
+// and the object and object set sources (every form) read through the
+// client of the request, which is the user's (their kubeconfig, or
+// impersonation of them), by the operator's own code
+// (controller.ObjectReaderAs: its selection, its allow-list, its errors).
+// Sources of another cluster are refused: their kubeconfig's credentials
+// are the operator's, not the user's. The evaluation runs in the
+// sandboxed worker pool of the offline commands; the Secrets its sources
+// read are known to the result's Redactor, as the operator's are.
 type uiEvaluator struct {
 	pool *worker.Pool
 	// git is the evaluator's own: `engine operator` keeps its GitCache in
 	// gitCacheDir, and a cache directory is one Fetcher's at a time.
 	git *git.Fetcher
+	// kinds discovers the kinds of the whole-namespace object sets; nil
+	// without a config.
+	kinds discovery.DiscoveryInterface
 }
 
 // newUIEvaluator starts the worker pool of command's evaluations (one
 // worker of the default --max-memory, killed at uiEvalTimeout) and returns
 // the Evaluator and what stops the pool and removes its git cache (a
-// temporary directory).
-func newUIEvaluator(cmdName string) (inspect.Evaluator, func(), error) {
+// temporary directory). cfg is the UI's (Options.Config): its discovery
+// gives the kinds of the whole-namespace object sets, as the operator's
+// discovery gives them to the operator; nil leaves that form failing.
+func newUIEvaluator(cmdName string, cfg *rest.Config) (inspect.Evaluator, func(), error) {
+	var dc discovery.DiscoveryInterface
+	if cfg != nil {
+		dcfg := rest.CopyConfig(cfg)
+		dcfg.Timeout = uiFetchTimeout
+		d, err := discovery.NewDiscoveryClientForConfig(dcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: the UI's discovery: %w", cmdName, err)
+		}
+		dc = d
+	}
 	dir, err := os.MkdirTemp("", "manifestsync-ui-eval-git-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: the UI's git cache: %w", cmdName, err)
@@ -62,7 +82,7 @@ func newUIEvaluator(cmdName string) (inspect.Evaluator, func(), error) {
 		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
-	e := &uiEvaluator{pool: pool, git: git.New(git.Options{CacheDir: dir, Timeout: uiFetchTimeout})}
+	e := &uiEvaluator{pool: pool, git: git.New(git.Options{CacheDir: dir, Timeout: uiFetchTimeout}), kinds: dc}
 	return e, func() { stop(); _ = os.RemoveAll(dir) }, nil
 }
 
@@ -72,15 +92,19 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 	name := ms.Namespace + "/" + ms.Name
 	fctx, cancel := context.WithTimeout(ctx, uiFetchTimeout)
 	defer cancel()
+	objects := controller.ObjectReaderAs(ms, &boundedReader{Reader: c}, e.kinds)
 	res := source.Resolver{
 		Namespace: ms.Namespace,
 		Git:       git.Provider{Fetcher: e.git, Credentials: inspect.GitCredentials(c, ms.Namespace)},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: inspect.HelmCredentials(c, ms.Namespace)},
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			if src.Cluster != nil {
-				return nil, fmt.Errorf("source %q: a source of another cluster is read by the operator only", src.Name)
+				// Its kubeconfig Secret holds the operator's credentials
+				// for that cluster: reading with them is not reading as
+				// the user. (The Resolver names the source.)
+				return nil, errors.New("a source of another cluster (cluster.kubeConfigSecretRef) is read by the operator only: its status shows what it read")
 			}
-			return userObjects{c: c, home: ms.Namespace}, nil
+			return objects, nil
 		},
 	}
 	snaps, err := res.Resolve(fctx, ms.Spec.Sources)
@@ -114,73 +138,30 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 	return out, nil
 }
 
-// userObjects reads object and object set sources through the user's
-// client, within the operator's allow-list: an object of another
-// namespace only when it shares itself with the ManifestSync's.
-type userObjects struct {
-	c    client.Reader
-	home string
+// boundedReader is the user's client as one evaluation's object and
+// object set sources read it, bounded: a list holds at most uiMaxObjects
+// items (a longer one fails the source), and at most uiMaxObjects reads
+// of single objects (metadata or whole) are made.
+type boundedReader struct {
+	client.Reader
+	reads atomic.Int64
 }
 
-// Get implements source.ObjectReader.
-func (u userObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
-	gv, err := schema.ParseGroupVersion(o.APIVersion)
-	if err != nil {
-		return nil, err
+// Get implements client.Reader.
+func (b *boundedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if b.reads.Add(1) > uiMaxObjects {
+		return fmt.Errorf("more than %d objects read: the diff view's bound", uiMaxObjects)
 	}
-	id := v1alpha1.ObjectID{Namespace: o.Namespace, Name: o.Name, Group: gv.Group, Kind: o.Kind}
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(gv.WithKind(o.Kind))
-	err = u.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, obj)
-	switch {
-	case apierrors.IsNotFound(err) && o.Namespace != u.home, err == nil && !controller.SharedWith(u.home, o.Namespace, obj.GetAnnotations()):
-		// One error whether it is missing or unshared, as the operator's.
-		return nil, fmt.Errorf("%s: access refused: not found, or not shared with namespace %q (annotation %s)", id, u.home, controller.AllowNamespacesAnnotation)
-	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("%s %w", id, source.ErrNotFound)
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w", id, err)
-	}
-	unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
-	return obj.Object, nil
+	return b.Reader.Get(ctx, key, obj, opts...)
 }
 
-// List implements source.ObjectReader for the object sets of one
-// namespace and of named kinds; the others (a namespaceSelector, a whole
-// namespace, whose kinds the operator discovers) are the operator's alone.
-func (u userObjects) List(ctx context.Context, name string, set *engine.ObjectSet) ([]map[string]any, error) {
-	if set.WholeNamespace() || set.Namespace == "" {
-		return nil, fmt.Errorf("source %q: an object set of a namespaceSelector or of a whole namespace is not evaluated here: see the operator's status", name)
+// List implements client.Reader.
+func (b *boundedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := b.Reader.List(ctx, list, append(opts, client.Limit(uiMaxObjects))...); err != nil {
+		return err
 	}
-	var out []map[string]any
-	for _, gvk := range set.Kinds {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := u.c.List(ctx, list, client.InNamespace(set.Namespace), client.MatchingLabelsSelector{Selector: set.Labels}, client.Limit(uiMaxObjects)); err != nil {
-			return nil, fmt.Errorf("source %q: listing %s in %s: %w", name, gvk.Kind, set.Namespace, err)
-		}
-		if list.GetContinue() != "" {
-			return nil, fmt.Errorf("source %q: more than %d %s in %s", name, uiMaxObjects, gvk.Kind, set.Namespace)
-		}
-		denied := 0
-		for i := range list.Items {
-			obj := &list.Items[i]
-			obj.SetGroupVersionKind(gvk)
-			if !set.Selects(gvk, obj) {
-				continue
-			}
-			if !controller.SharedWith(u.home, set.Namespace, obj.GetAnnotations()) {
-				denied++
-				continue
-			}
-			unstructured.RemoveNestedField(obj.Object, "metadata", "managedFields")
-			if set.SelectsBody(obj.Object) {
-				out = append(out, obj.Object)
-			}
-		}
-		if denied > 0 {
-			return nil, fmt.Errorf("source %q: %d %s of %s not shared with namespace %q (annotation %s)", name, denied, gvk.Kind, set.Namespace, u.home, controller.AllowNamespacesAnnotation)
-		}
+	if list.GetContinue() != "" {
+		return fmt.Errorf("listing %s: more than %d objects: the diff view's bound", list.GetObjectKind().GroupVersionKind().Kind, uiMaxObjects)
 	}
-	return out, nil
+	return nil
 }

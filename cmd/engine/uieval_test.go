@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +20,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/ui/inspect"
 )
 
@@ -66,7 +71,7 @@ func TestUIEvaluator(t *testing.T) {
 			Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}},
 		},
 	}
-	ev, stop, err := newUIEvaluator("ui")
+	ev, stop, err := newUIEvaluator("ui", env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +145,7 @@ func TestUIEvaluatorHelm(t *testing.T) {
 			Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}},
 		},
 	}
-	ev, stop, err := newUIEvaluator("ui")
+	ev, stop, err := newUIEvaluator("ui", env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +160,205 @@ func TestUIEvaluatorHelm(t *testing.T) {
 	b, _ := json.Marshal(diffs)
 	if strings.Contains(string(b), "chart-pw-ui-1234") {
 		t.Errorf("the password shows: %s", b)
+	}
+}
+
+const uiSetSecretValue = "objset-pw-7431-uieval"
+
+// The web UI evaluates object set sources of every form as the operator
+// does, through the operator's own reading of them: a namespaceSelector
+// set (its labelSelector and exclude applied, objects of other namespaces
+// shared with the ManifestSync's) and a whole-namespace set (the kinds
+// discovery gives, minus those the operator leaves out). Before the
+// operator syncs, the diff creates exactly those objects, the Secrets'
+// values masked; once it has synced, the objects the diff evaluates are
+// the operator's inventory, all unchanged.
+func TestUIEvaluatorObjectSets(t *testing.T) {
+	env := needCluster(t)
+	ctx := context.Background()
+	home, dest := env.Namespace(t, nil), env.Namespace(t, nil)
+	picked := map[string]string{"uieval-picked": home} // unique to this test
+	p1, p2 := env.Namespace(t, picked), env.Namespace(t, picked)
+	unpicked := env.Namespace(t, nil)
+	labelled := map[string]string{"replicate": "yes"}
+	shared := map[string]string{controller.AllowNamespacesAnnotation: home}
+	for _, o := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p1, Name: "shared-a", Labels: labelled, Annotations: shared},
+			StringData: map[string]string{"value": uiSetSecretValue + "-a"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p1, Name: "internal-ca", Labels: labelled, Annotations: shared}}, // excluded
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p1, Name: "plain", Annotations: shared}},                         // not labelled
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p2, Name: "shared-b", Labels: labelled, Annotations: shared},
+			StringData: map[string]string{"value": uiSetSecretValue + "-b"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: unpicked, Name: "shared-c", Labels: labelled, Annotations: shared}}, // not picked
+		// The whole of home: a ConfigMap, a Secret and a ServiceAccount;
+		// not a service account's token nor a Lease.
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "cfg"}, Data: map[string]string{"a": "b"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "db"}, StringData: map[string]string{"password": uiSetSecretValue}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "app"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "app-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "app"}},
+			Type: corev1.SecretTypeServiceAccountToken},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "leader"}},
+	} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := &v1alpha1.ManifestSync{
+		ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "sets"},
+		Spec: v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{
+				{Name: "picked", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "Secret",
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: picked},
+					LabelSelector:     &metav1.LabelSelector{MatchLabels: labelled}, Exclude: []string{"internal-.*"}}},
+				{Name: "whole", Objects: &v1alpha1.ObjectSetSource{Namespace: home}},
+			},
+			Targets: []v1alpha1.Target{{Name: "copy", Namespace: dest}},
+		},
+	}
+	ev, stop, err := newUIEvaluator("ui", env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	want := []string{"ConfigMap " + dest + "/cfg", "Secret " + dest + "/db", "Secret " + dest + "/shared-a", "Secret " + dest + "/shared-b",
+		"ServiceAccount " + dest + "/app"}
+	diffs, err := inspect.Diff(ctx, env.Client, ms, ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := diffObjects(diffs, "Created"); !slices.Equal(got, want) {
+		t.Errorf("created %v, want %v; diffs %+v", got, want, diffs)
+	}
+	for _, d := range diffs {
+		if strings.HasPrefix(d.Object, "Secret ") && !strings.Contains(d.Unified, "'*** (after)'") {
+			t.Errorf("%s: the value is not masked:\n%s", d.Object, d.Unified)
+		}
+	}
+	noValue(t, uiSetSecretValue, diffs, nil)
+
+	// The operator syncs it: the UI evaluates the objects it applied.
+	env.CreateSync(t, ms, time.Minute)
+	synced := env.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, time.Minute)
+	var inventory []string
+	for _, e := range synced.Status.Inventory {
+		// ID: namespace_name_group_Kind
+		parts := strings.Split(e.ID, "_")
+		if len(parts) != 4 {
+			t.Fatalf("inventory entry %q", e.ID)
+		}
+		inventory = append(inventory, parts[3]+" "+parts[0]+"/"+parts[1])
+	}
+	slices.Sort(inventory)
+	if !slices.Equal(inventory, want) {
+		t.Errorf("the operator's inventory %v, want %v", inventory, want)
+	}
+	if diffs, err = inspect.Diff(ctx, env.Client, synced, ev, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := diffObjects(diffs, "Unchanged"); !slices.Equal(got, inventory) {
+		t.Errorf("after the operator's sync: unchanged %v, want the inventory %v; diffs %+v", got, inventory, diffs)
+	}
+	noValue(t, uiSetSecretValue, diffs, nil)
+}
+
+// A user who may read ConfigMaps of their own namespace only: a set of
+// their namespace evaluates; a set of another namespace, shared with
+// theirs, is refused with the API server's own message and the source
+// named; so is a namespaceSelector set (they may not list namespaces);
+// and a source of another cluster is refused, named, without reading its
+// kubeconfig Secret.
+func TestUIEvaluatorObjectSetsAsUser(t *testing.T) {
+	env := needCluster(t)
+	ctx := context.Background()
+	home, other := env.Namespace(t, nil), env.Namespace(t, nil)
+	user := "uieval-" + home
+	for _, o := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "mine"}, Data: map[string]string{"a": "b"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "theirs",
+			Annotations: map[string]string{controller.AllowNamespacesAnnotation: home}}, Data: map[string]string{"c": "d"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "read"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "read"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}},
+	} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, stop, err := newUIEvaluator("ui", env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	sync := func(src v1alpha1.Source) *v1alpha1.ManifestSync {
+		return &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "app"},
+			Spec: v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{src}, Targets: []v1alpha1.Target{{Name: "dev", Namespace: home}}}}
+	}
+
+	res, err := ev.Evaluate(ctx, c, sync(v1alpha1.Source{Name: "mine", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tr := range res.Targets {
+		for _, o := range tr.Objects {
+			names = append(names, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	// kube-root-ca.crt, when a controller manager publishes it, is the
+	// operator's to leave out too: only "mine" is checked for.
+	if !slices.Contains(names, "ConfigMap "+home+"/mine") {
+		t.Errorf("objects %v: want ConfigMap %s/mine", names, home)
+	}
+
+	_, err = ev.Evaluate(ctx, c, sync(v1alpha1.Source{Name: "theirs", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: other}}))
+	want := `configmaps is forbidden: User "` + user + `" cannot list resource "configmaps" in API group "" in the namespace "` + other + `"`
+	if err == nil || !strings.Contains(err.Error(), `source "theirs"`) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v: want the source named and %q", err, want)
+	}
+
+	_, err = ev.Evaluate(ctx, c, sync(v1alpha1.Source{Name: "selected", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap",
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"any": "x"}}}}))
+	want = `namespaces is forbidden: User "` + user + `" cannot list resource "namespaces"`
+	if err == nil || !strings.Contains(err.Error(), `source "selected"`) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v: want the source named and %q", err, want)
+	}
+
+	_, err = ev.Evaluate(ctx, c, sync(v1alpha1.Source{Name: "remote", Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "kc"}},
+		Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}}))
+	if err == nil || !strings.Contains(err.Error(), `source "remote": a source of another cluster`) {
+		t.Errorf("error %v: want the source named and another cluster's refused", err)
+	}
+}
+
+// diffObjects are the objects of diffs whose action is action, sorted.
+func diffObjects(diffs []inspect.ObjectDiff, action string) []string {
+	var out []string
+	for _, d := range diffs {
+		if d.Action == action {
+			out = append(out, d.Object)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noValue fails t when value is in diffs or err.
+func noValue(t *testing.T, value string, diffs []inspect.ObjectDiff, err error) {
+	t.Helper()
+	b, _ := json.Marshal(diffs)
+	if err != nil {
+		b = append(b, err.Error()...)
+	}
+	if strings.Contains(string(b), value) {
+		t.Errorf("a Secret's value shows: %s", b)
 	}
 }

@@ -280,7 +280,7 @@ func (s *objectSets) unwatch(access *kindAccess, wk setWatchKey) {
 // namespace (AllowNamespacesAnnotation), or the source fails, saying how
 // many did not (see notSharedError): never which, for the tenant may not
 // list them.
-func (r *Reconciler) objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
+func objectSetSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, name string, set *engine.ObjectSet, st *syncState) ([]map[string]any, error) {
 	namespaces, err := setNamespaces(ctx, sc, set)
 	if err != nil {
 		return nil, err

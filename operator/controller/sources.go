@@ -203,7 +203,7 @@ func (r *Reconciler) objectReaders(ctx context.Context, ms *v1alpha1.ManifestSyn
 		if err != nil {
 			return nil, err
 		}
-		return &clusterObjects{r: r, ms: ms, sc: sc, st: st}, nil
+		return &clusterObjects{ms: ms, sc: sc, st: st}, nil
 	}
 }
 
@@ -211,7 +211,6 @@ func (r *Reconciler) objectReaders(ctx context.Context, ms *v1alpha1.ManifestSyn
 // cluster, local or remote; st keeps the bodies read, so that steady state
 // reads nothing.
 type clusterObjects struct {
-	r  *Reconciler
 	ms *v1alpha1.ManifestSync
 	sc *sourceCluster
 	st *syncState
@@ -219,7 +218,7 @@ type clusterObjects struct {
 
 // Get implements source.ObjectReader.
 func (c *clusterObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
-	snap, err := c.r.objectSource(ctx, c.ms, c.sc, &o, c.st)
+	snap, err := objectSource(ctx, c.ms, c.sc, &o, c.st)
 	if err != nil {
 		return nil, c.sc.fail(err)
 	}
@@ -228,7 +227,7 @@ func (c *clusterObjects) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[
 
 // List implements source.ObjectReader.
 func (c *clusterObjects) List(ctx context.Context, name string, set *engine.ObjectSet) ([]map[string]any, error) {
-	objs, err := c.r.objectSetSource(ctx, c.ms, c.sc, name, set, c.st)
+	objs, err := objectSetSource(ctx, c.ms, c.sc, name, set, c.st)
 	if err != nil {
 		return nil, c.sc.fail(err)
 	}
@@ -284,7 +283,7 @@ func objectRefOf(ms *v1alpha1.ManifestSync, o *v1alpha1.ObjectSource) (objectRef
 // objectSource reads an object source. The body is read from the API
 // server only when the object's resourceVersion, as the metadata cache
 // sees it, differs from the snapshot read last; steady state reads nothing.
-func (r *Reconciler) objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
+func objectSource(ctx context.Context, ms *v1alpha1.ManifestSync, sc *sourceCluster, o *v1alpha1.ObjectSource, st *syncState) (*engine.Snapshot, error) {
 	ref, err := objectRefOf(ms, o)
 	if err != nil {
 		return nil, err
