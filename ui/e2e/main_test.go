@@ -83,10 +83,11 @@ const (
 	teamB      = "team-b"
 )
 
-// examples are those of examples/ the scene syncs: a git source rendered
-// by Starlark into a Deployment per target, and an object source (a
-// Secret) copied into three namespaces. They need nothing beyond loopback.
-var examples = []string{"starlark-app", "replicate-secret"}
+// examples are those of examples/ the scene syncs: git sources rendered
+// by Starlark, kustomize and CUE into a Deployment per target, and an
+// object source (a Secret) copied into three namespaces. They need nothing
+// beyond loopback.
+var examples = []string{"starlark-app", "replicate-secret", "kustomize-overlay", "cue-app"}
 
 // scene is what TestUI set up.
 type scene struct {
@@ -304,6 +305,8 @@ func prepareExample(t *testing.T, root, name, repos, gitURL string) *v1alpha1.Ma
 			if err := env.Client.Create(context.Background(), secret); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
+		case src.Kustomize != nil:
+			// Built by the engine from the source it names.
 		default:
 			t.Fatalf("example %s: source %s is of a kind the scene does not prepare", name, src.Name)
 		}
