@@ -47,7 +47,7 @@ const (
 // sandboxed worker pool of the offline commands; the Secrets its sources
 // read are known to the result's Redactor, as the operator's are.
 type uiEvaluator struct {
-	pool *worker.Pool
+	pool *idlePool
 	// git is the evaluator's own: `engine operator` keeps its GitCache in
 	// gitCacheDir, and a cache directory is one Fetcher's at a time.
 	git *git.Fetcher
@@ -56,8 +56,9 @@ type uiEvaluator struct {
 	kinds discovery.DiscoveryInterface
 }
 
-// newUIEvaluator starts the worker pool of command's evaluations (one
-// worker of the default --max-memory, killed at uiEvalTimeout) and returns
+// newUIEvaluator makes the worker pool of command's evaluations (one
+// worker of the default --max-memory, killed at uiEvalTimeout, started at
+// the first diff and stopped uiIdle after the last: idlePool) and returns
 // the Evaluator and what stops the pool and removes its git cache (a
 // temporary directory). cfg is the UI's (Options.Config): its discovery
 // gives the kinds of the whole-namespace object sets, as the operator's
@@ -77,13 +78,12 @@ func newUIEvaluator(cmdName string, cfg *rest.Config) (inspect.Evaluator, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: the UI's git cache: %w", cmdName, err)
 	}
-	pool, stop, err := newSandbox(cmdName, defaultMaxMemory, uiEvalTimeout)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
+	pool := &idlePool{idle: uiIdle, start: func() (*worker.Pool, error) {
+		p, _, err := newSandbox(cmdName, defaultMaxMemory, uiEvalTimeout)
+		return p, err
+	}}
 	e := &uiEvaluator{pool: pool, git: git.New(git.Options{CacheDir: dir, Timeout: uiFetchTimeout}), kinds: dc}
-	return e, func() { stop(); _ = os.RemoveAll(dir) }, nil
+	return e, func() { pool.close(); _ = os.RemoveAll(dir) }, nil
 }
 
 // Evaluate implements inspect.Evaluator. Its errors name the source or the
@@ -128,7 +128,12 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 		}
 		break
 	}
-	out, err := e.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
+	pool, done, err := e.pool.acquire()
+	if err != nil {
+		return nil, fmt.Errorf("ManifestSync %s: %w", name, err)
+	}
+	defer done()
+	out, err := pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
 	if k, ok := errors.AsType[*worker.KilledError](err); ok {
 		return nil, fmt.Errorf("ManifestSync %s: evaluation stopped: %w", name, k)
 	}
