@@ -38,7 +38,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -426,46 +426,37 @@ func (r *repo) commit(files map[string]string) string {
 }
 
 // evaluator is the diff view's Evaluator for the tests: the sources read
-// as the operator reads them (git from the daemon, objects with the user's
-// client), evaluated in process. engine ui's own (cmd/engine) runs the
-// evaluation in a sandboxed worker; what the page shows is the same.
+// as the operator reads them (git from the daemon; object sources through
+// the operator's own reader, as the user), evaluated in process. engine
+// ui's own (cmd/engine) runs the evaluation in a sandboxed worker; what
+// the page shows is the same.
 type evaluator struct {
 	git source.GitFetcher
+	dc  discovery.DiscoveryInterface
 }
 
-func newEvaluator() *evaluator {
-	return &evaluator{git: controller.NewGitProvider("")(nil)}
+func newEvaluator(t *testing.T) *evaluator {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &evaluator{git: controller.NewGitProvider("")(nil), dc: dc}
 }
 
 func (e *evaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync) (*engine.Result, error) {
 	res := &source.Resolver{
 		Namespace: ms.Namespace,
 		Git:       e.git,
-		Objects:   func(*v1alpha1.Source) (source.ObjectReader, error) { return objectReader{c}, nil },
+		Objects: func(*v1alpha1.Source) (source.ObjectReader, error) {
+			return controller.ObjectReaderAs(ms, c, e.dc), nil
+		},
 	}
 	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
 	if err != nil {
 		return nil, err
 	}
 	return engine.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, engine.Options{})
-}
-
-// objectReader reads object sources with a client (object sets are not
-// in the scene).
-type objectReader struct{ c client.Client }
-
-func (r objectReader) Get(ctx context.Context, o v1alpha1.ObjectSource) (map[string]any, error) {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(o.APIVersion)
-	u.SetKind(o.Kind)
-	if err := r.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, u); err != nil {
-		return nil, fmt.Errorf("%s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
-	}
-	return u.Object, nil
-}
-
-func (objectReader) List(context.Context, string, *engine.ObjectSet) ([]map[string]any, error) {
-	return nil, errors.New("object sets are not read by the test evaluator")
 }
 
 // serverLog records the lines a UI server logs, to look for tokens in.

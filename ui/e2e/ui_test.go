@@ -141,8 +141,8 @@ func startUI(t *testing.T) *uiServers {
 	}
 	log := &serverLog{}
 	return &uiServers{
-		local:      start(ui.Options{Mode: ui.ModeLocal, Config: env.Config, Evaluator: newEvaluator(), Log: (&serverLog{}).logger()}),
-		cluster:    start(ui.Options{Mode: ui.ModeCluster, Config: env.Config, Evaluator: newEvaluator(), Log: log.logger()}),
+		local:      start(ui.Options{Mode: ui.ModeLocal, Config: env.Config, Evaluator: newEvaluator(t), Log: (&serverLog{}).logger()}),
+		cluster:    start(ui.Options{Mode: ui.ModeCluster, Config: env.Config, Evaluator: newEvaluator(t), Log: log.logger()}),
 		clusterLog: log,
 	}
 }
@@ -896,6 +896,14 @@ func testNoSecrets(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Sessi
 		"/ms/platform/replicate-secret/events", msPath(sc.app), msPath(sc.app) + "/diff", msPath(sc.app) + "/events", msPath(sc.app) + "/history?from=1&to=0"}
 	for _, p := range pages {
 		open(t, s, srv.local, p, 200)
+		if strings.HasSuffix(p, "replicate-secret/diff") {
+			// The copies went through the diff (each Unchanged): their
+			// values were there to leak.
+			if n := eval[int](t, s, `document.querySelectorAll('div.diff[data-object^="Secret "]').length`); n != 3 {
+				text := eval[string](t, s, `document.getElementById("main").innerText.slice(0, 2000)`)
+				t.Errorf("%s shows %d Secrets, want the 3 copies:\n%s", p, n, text)
+			}
+		}
 	}
 	// The tree pages show the Secrets (masked) and their YAML.
 	open(t, s, srv.local, "/ms/platform/replicate-secret", 200)
