@@ -42,8 +42,9 @@ const (
 // client of the request, which is the user's (their kubeconfig, or
 // impersonation of them), by the operator's own code
 // (controller.ObjectReaderAs: its selection, its allow-list, its errors).
-// Sources of another cluster are refused: their kubeconfig's credentials
-// are the operator's, not the user's. The evaluation runs in the
+// Sources of another cluster are read with the credentials of their
+// kubeconfig Secret once the user has read it (controller.RemoteReaderAs):
+// a user who may not read the Secret is refused. The evaluation runs in the
 // sandboxed worker pool of the offline commands; the Secrets its sources
 // read are known to the result's Redactor, as the operator's are.
 type uiEvaluator struct {
@@ -99,10 +100,10 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: inspect.HelmCredentials(c, ms.Namespace)},
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			if src.Cluster != nil {
-				// Its kubeconfig Secret holds the operator's credentials
-				// for that cluster: reading with them is not reading as
-				// the user. (The Resolver names the source.)
-				return nil, errors.New("a source of another cluster (cluster.kubeConfigSecretRef) is read by the operator only: its status shows what it read")
+				// The kubeconfig Secret is read as the user: one who may
+				// read it could use its credentials themselves.
+				return controller.RemoteReaderAs(fctx, ms, src.Cluster, c, uiFetchTimeout,
+					func(r client.Reader) client.Reader { return &boundedReader{Reader: r} })
 			}
 			return objects, nil
 		},

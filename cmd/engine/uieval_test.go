@@ -15,6 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
@@ -266,8 +268,8 @@ func TestUIEvaluatorObjectSets(t *testing.T) {
 // their namespace evaluates; a set of another namespace, shared with
 // theirs, is refused with the API server's own message and the source
 // named; so is a namespaceSelector set (they may not list namespaces);
-// and a source of another cluster is refused, named, without reading its
-// kubeconfig Secret.
+// and so is a source of another cluster whose kubeconfig Secret they may
+// not read.
 func TestUIEvaluatorObjectSetsAsUser(t *testing.T) {
 	env := needCluster(t)
 	ctx := context.Background()
@@ -334,8 +336,75 @@ func TestUIEvaluatorObjectSetsAsUser(t *testing.T) {
 
 	_, err = ev.Evaluate(ctx, c, sync(v1alpha1.Source{Name: "remote", Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "kc"}},
 		Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}}))
-	if err == nil || !strings.Contains(err.Error(), `source "remote": a source of another cluster`) {
-		t.Errorf("error %v: want the source named and another cluster's refused", err)
+	want = `secrets "kc" is forbidden: User "` + user + `" cannot get resource "secrets"`
+	if err == nil || !strings.Contains(err.Error(), `source "remote"`) || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v: want the source named and %q", err, want)
+	}
+}
+
+// A source of another cluster is read with its kubeconfig Secret's
+// credentials once the user has read the Secret (a user who may not is
+// refused above): here the "other cluster" is the test's own, reached
+// through a kubeconfig of its own, and the remote allow-list is its
+// credentials' (an object of another namespace is read unshared, as the
+// operator reads it). A kubeconfig that would run a program is refused,
+// whatever the user may read: a page view never runs a command a Secret
+// names.
+func TestUIEvaluatorRemoteSource(t *testing.T) {
+	env := needCluster(t)
+	ctx := context.Background()
+	home, other := env.Namespace(t, nil), env.Namespace(t, nil)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: env.Config.CertData, ClientKeyData: env.Config.KeyData, Token: env.Config.BearerToken}
+	kc.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "x"
+	good, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "/bin/true", APIVersion: "client.authentication.k8s.io/v1"}}
+	execing, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "far"}, Data: map[string]string{"k": "v"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "kc"}, Data: map[string][]byte{"value": good}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "exec"}, Data: map[string][]byte{"value": execing}},
+	} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, stop, err := newUIEvaluator("ui", env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	sync := func(secret string) *v1alpha1.ManifestSync {
+		return &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "app"},
+			Spec: v1alpha1.ManifestSyncSpec{
+				Sources: []v1alpha1.Source{{Name: "remote", Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: secret}},
+					Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap", Namespace: other}}},
+				Targets: []v1alpha1.Target{{Name: "dev", Namespace: home}}}}
+	}
+	res, err := ev.Evaluate(ctx, env.Client, sync("kc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tr := range res.Targets {
+		for _, o := range tr.Objects {
+			names = append(names, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	if !slices.Contains(names, "ConfigMap "+home+"/far") {
+		t.Errorf("objects %v: want the remote ConfigMap far, copied into %s", names, home)
+	}
+	_, err = ev.Evaluate(ctx, env.Client, sync("exec"))
+	if err == nil || !strings.Contains(err.Error(), `source "remote"`) || !strings.Contains(err.Error(), "plugin") {
+		t.Errorf("error %v: want the source named and the exec plugin refused", err)
 	}
 }
 

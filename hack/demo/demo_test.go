@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -146,12 +147,51 @@ func checkUI(ctx context.Context, t *testing.T, d *demo) {
 			}
 		}
 		if len(missing) == 0 {
-			return
+			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("the UI's overview at %s lacks rows tr[data-ms] for, or shows not Ready: %v", d.ui, missing)
 		}
 	}
+	// The diff tab evaluates each example as engine diff does (engine ui's
+	// evaluator, as the cluster's administrator): nothing would change.
+	// Targets of another cluster are Skipped, as engine diff leaves them
+	// out, saying so.
+	for _, ex := range d.examples {
+		url := fmt.Sprintf("%sms/%s/%s/diff", d.ui, ex.ms.Namespace, ex.ms.Name)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := &http.Client{Timeout: 2 * time.Minute}
+		res, err := dc.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		body, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s %v", url, res.Status, err)
+		}
+		page := string(body)
+		changes := regexp.MustCompile(`data-action="(Created|Configured|Pruned|Conflict|Failed)"`).FindAllString(page, -1)
+		compared := strings.Contains(page, `data-action="Unchanged"`) || strings.Contains(page, "Nothing would change") ||
+			strings.Contains(page, "the diff compares only the targets of this cluster")
+		if len(changes) > 0 || !compared || strings.Contains(page, `class="flash error"`) {
+			t.Errorf("the UI's diff of %s/%s is not clean (%v):\n%s", ex.ms.Namespace, ex.ms.Name, changes, mainOf(page))
+		}
+	}
+}
+
+// mainOf is the <main> element of a page, for messages.
+func mainOf(page string) string {
+	if i := strings.Index(page, "<main"); i >= 0 {
+		page = page[i:]
+	}
+	if i := strings.Index(page, "</main>"); i >= 0 {
+		page = page[:i]
+	}
+	return page
 }
 
 // checkDiffsClean runs engine diff on every sync file the demo wrote to

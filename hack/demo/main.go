@@ -19,6 +19,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -26,7 +27,6 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,7 +48,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -64,7 +63,6 @@ import (
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"
 	"github.com/manifestsync/manifestsync/stdlib"
-	"github.com/manifestsync/manifestsync/ui"
 )
 
 // readyTimeout bounds the wait for Ready under DEMO_EXIT=1.
@@ -193,7 +191,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	defer stopOperator()
 
-	uiURL, stopUI, err := startUI(ctx, cp.Config, opts.uiAddr)
+	uiURL, stopUI, err := startUI(ctx, engineBin, work, kubeconfig, opts.uiAddr)
 	if err != nil {
 		return err
 	}
@@ -272,50 +270,80 @@ func shown(path string) string {
 	return rel
 }
 
-// startUI serves the web UI as engine ui does (ModeLocal), with the
-// control plane's administrator's config, on addr (uiAddr when empty),
-// or on a free port of 127.0.0.1 when that one is taken; it returns the
-// UI's URL and how to stop it. The diff view says it is not available:
-// its evaluator is engine ui's, which runs evaluations in worker
-// processes of bin/engine.
-func startUI(ctx context.Context, cfg *rest.Config, addr string) (string, func(), error) {
+// startUI runs `engine ui` (bin, the binary the operator runs) against
+// the demo's cluster as its administrator, on addr (uiAddr when empty), or
+// on a free port of 127.0.0.1 when that one is taken; it returns the URL
+// engine ui prints and how to stop it. Its log is bin/demo/ui.log.
+func startUI(ctx context.Context, bin, work, kubeconfig, addr string) (string, func(), error) {
 	if addr == "" {
 		addr = uiAddr
 	}
-	srv, err := ui.New(ui.Options{Mode: ui.ModeLocal, Config: rest.CopyConfig(cfg), Log: quietLogs(os.Stderr).WithName("ui")})
+	if ln, err := net.Listen("tcp", addr); err != nil {
+		addr = "127.0.0.1:0"
+	} else {
+		ln.Close()
+	}
+	logFile, err := os.Create(filepath.Join(work, "ui.log"))
 	if err != nil {
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	cmd := exec.Command(bin, "ui", "--kubeconfig", kubeconfig, "--addr", addr)
+	cmd.Stderr = logFile
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(work, "cache"))
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return "", nil, fmt.Errorf("ui: %w", err)
-		}
+		logFile.Close()
+		return "", nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	watched := make(chan struct{})
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return "", nil, fmt.Errorf("starting engine ui: %w", err)
+	}
+	stop := func() { stopProcess(cmd, logFile) }
+	found := make(chan string, 1)
 	go func() {
-		defer close(watched)
-		if err := srv.Start(ctx); err != nil && ctx.Err() == nil {
-			fmt.Fprintln(os.Stderr, "demo: ui:", err)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if url, ok := strings.CutPrefix(line, "ui: serving on "); ok {
+				select {
+				case found <- url:
+				default:
+				}
+			}
+			fmt.Fprintln(logFile, line)
 		}
+		close(found)
 	}()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = hs.Serve(ln)
-	}()
-	return "http://" + ln.Addr().String() + "/", func() {
-		cancel()
-		shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
-		defer done()
-		if hs.Shutdown(shutdown) != nil {
-			_ = hs.Close()
+	select {
+	case url, ok := <-found:
+		if !ok {
+			stop()
+			return "", nil, errors.New("engine ui stopped before it served (see bin/demo/ui.log)")
 		}
-		<-served
-		<-watched
-	}, nil
+		return url, stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return "", nil, errors.New("engine ui did not serve within 30s (see bin/demo/ui.log)")
+	case <-ctx.Done():
+		stop()
+		return "", nil, ctx.Err()
+	}
+}
+
+// stopProcess ends a process of the demo as Ctrl-C would (SIGTERM, then
+// SIGKILL after 10 s) and closes its log.
+func stopProcess(cmd *exec.Cmd, logFile *os.File) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	logFile.Close()
 }
 
 // startControlPlane starts envtest with the CRD and writes an admin
@@ -427,18 +455,7 @@ func startOperator(ctx context.Context, root, work, kubeconfig string) (string, 
 		logFile.Close()
 		return "", nil, fmt.Errorf("starting engine operator: %w", err)
 	}
-	return bin, func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logFile.Close()
-	}, nil
+	return bin, func() { stopProcess(cmd, logFile) }, nil
 }
 
 // example is one example the demo applied.

@@ -341,12 +341,10 @@ var errKubeconfigExec = errors.New("the kubeconfig gets its credentials from a p
 	"which would run a command the Secret names on the operator's machine, with the operator's rights; " +
 	"the operator runs those only with --allow-kubeconfig-exec")
 
-// build makes a client from a kubeconfig. Requests time out quickly, so
-// that an unreachable cluster fails its targets instead of stalling the
-// reconcile. A kubeconfig may not name files, nor run programs unless
-// allowExec: those would run, or read, on the operator's machine with the
-// operator's rights.
-func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, error) {
+// kubeConfigREST is the config of a kubeconfig a Secret holds: it may not
+// name files, nor run programs unless allowExec: those would run, or read,
+// on the operator's machine with the operator's rights.
+func kubeConfigREST(kubeconfig []byte, allowExec bool) (*rest.Config, error) {
 	if len(kubeconfig) == 0 {
 		return nil, errors.New("no kubeconfig")
 	}
@@ -355,10 +353,23 @@ func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, e
 		return nil, err
 	}
 	switch {
-	case (cfg.ExecProvider != nil || cfg.AuthProvider != nil) && !rs.allowExec:
+	case (cfg.ExecProvider != nil || cfg.AuthProvider != nil) && !allowExec:
 		return nil, errKubeconfigExec
 	case cfg.CertFile != "", cfg.KeyFile != "", cfg.CAFile != "", cfg.BearerTokenFile != "":
 		return nil, errors.New("kubeconfig names files; only inline credentials and certificates are allowed")
+	}
+	return cfg, nil
+}
+
+// build makes a client from a kubeconfig. Requests time out quickly, so
+// that an unreachable cluster fails its targets instead of stalling the
+// reconcile. A kubeconfig may not name files, nor run programs unless
+// allowExec: those would run, or read, on the operator's machine with the
+// operator's rights.
+func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, error) {
+	cfg, err := kubeConfigREST(kubeconfig, rs.allowExec)
+	if err != nil {
+		return nil, err
 	}
 	cfg.Timeout = rs.timeout
 	cfg.QPS, cfg.Burst = rs.qps, rs.burst

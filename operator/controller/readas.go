@@ -3,12 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
@@ -25,10 +30,15 @@ import (
 // the same errors, which name no object a namespaceSelector picked. The
 // whole-namespace form reads the kinds dc discovers, as the operator's
 // discovery does. Each call starts empty: nothing is remembered between
-// evaluations. Sources of another cluster are not read by it (the caller
-// refuses them).
+// evaluations. Sources of another cluster are read by RemoteReaderAs.
 func ObjectReaderAs(ms *v1alpha1.ManifestSync, reader client.Reader, dc discovery.DiscoveryInterface) source.ObjectReader {
-	sc := &sourceCluster{
+	return &clusterObjects{ms: ms, sc: readerCluster(reader, dc), st: &syncState{sources: map[objectRef]*engine.Snapshot{}}}
+}
+
+// readerCluster is a cluster read through reader alone, with the kinds dc
+// discovers.
+func readerCluster(reader client.Reader, dc discovery.DiscoveryInterface) *sourceCluster {
+	return &sourceCluster{
 		object: func(context.Context, schema.GroupVersionKind, string) (client.Reader, error) { return reader, nil },
 		set: func(context.Context, schema.GroupVersionKind, string, labels.Selector) (client.Reader, error) {
 			return reader, nil
@@ -43,5 +53,53 @@ func ObjectReaderAs(ms *v1alpha1.ManifestSync, reader client.Reader, dc discover
 		},
 		fail: func(err error) error { return err },
 	}
-	return &clusterObjects{ms: ms, sc: sc, st: &syncState{sources: map[objectRef]*engine.Snapshot{}}}
+}
+
+// RemoteReaderAs is ObjectReaderAs for the sources of ms that read another
+// cluster (cluster.kubeConfigSecretRef): the kubeconfig Secret is read
+// through reader (the user's client: a user who may not read it is refused
+// by the API server), and that cluster with the kubeconfig's credentials,
+// which is what the user could do with the Secret themselves. The
+// kubeconfig may not name files nor run a program (whatever
+// --allow-kubeconfig-exec: a page view never runs a command a Secret
+// names); each request ends after timeout; wrap bounds the remote
+// cluster's reader as the caller bounds its own (nil: as it is). As in the
+// operator, the credentials alone decide what the source may read there
+// (the allow-list annotation governs this cluster only).
+func RemoteReaderAs(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef, reader client.Reader, timeout time.Duration, wrap func(client.Reader) client.Reader) (source.ObjectReader, error) {
+	ref := kubeConfigRefOf(ms, c)
+	fail := func(err error) error { return fmt.Errorf("cluster %q: %w", ref.name, err) }
+	secret := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.namespace, Name: ref.name}, secret); err != nil {
+		return nil, fail(fmt.Errorf("reading kubeconfig Secret %q: %w", ref.name, err))
+	}
+	cfg, err := kubeConfigREST(secret.Data[ref.key], false)
+	if err != nil {
+		return nil, fail(fmt.Errorf("kubeconfig Secret %q, key %q: %w", ref.name, ref.key, err))
+	}
+	cfg.Timeout = timeout
+	cfg.UserAgent = FieldManager + "-ui"
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fail(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, fail(err)
+	}
+	remote, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper, HTTPClient: hc})
+	if err != nil {
+		return nil, fail(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fail(err)
+	}
+	var r client.Reader = remote
+	if wrap != nil {
+		r = wrap(r)
+	}
+	sc := readerCluster(r, dc)
+	sc.ref, sc.fail = ref.name+"/"+ref.key, func(err error) error { return fail(err) }
+	return &clusterObjects{ms: ms, sc: sc, st: &syncState{sources: map[objectRef]*engine.Snapshot{}}}, nil
 }
