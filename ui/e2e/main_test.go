@@ -19,6 +19,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -71,6 +72,8 @@ func TestMain(m *testing.M) {
 const (
 	secretTLSKey = "tls-key-5d1f0c9e-never-shown"
 	secretAPIKey = "api-key-8b2e47aa-never-shown"
+	// secretEdited is what a hand edit puts in team-a's Secret.
+	secretEdited = "edited-key-31c0d5f7-never-shown"
 )
 
 // The namespaces of the scene: the examples' ManifestSyncs are the
@@ -190,7 +193,7 @@ data: {version: %q, greeting: hello}
 apiVersion: v1
 kind: Secret
 metadata: {name: app-credentials}
-stringData: {api-key: %q}
+data: {api-key: %q}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -203,7 +206,7 @@ spec:
     spec:
       containers:
       - {name: api, image: registry.example.com/team-a/api:1.0.0}
-`, version, secretAPIKey)
+`, version, base64.StdEncoding.EncodeToString([]byte(secretAPIKey)))
 }
 
 func ensureNamespace(t *testing.T, name string) {

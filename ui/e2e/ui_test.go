@@ -12,13 +12,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -35,6 +38,7 @@ import (
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/history"
 	"github.com/manifestsync/manifestsync/operator/testenv"
+	"github.com/manifestsync/manifestsync/operator/view"
 	"github.com/manifestsync/manifestsync/operator/webhook"
 	"github.com/manifestsync/manifestsync/ui"
 )
@@ -103,6 +107,7 @@ func TestUI(t *testing.T) {
 	run("Tree", func(t *testing.T) { testTree(t, srv, local) })
 	run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
 	run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
+	run("ChangeWhileLoading", func(t *testing.T) { testChangeWhileLoading(t, sc, srv, b) })
 	run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
 	run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
 	run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
@@ -905,6 +910,36 @@ func testNoSecrets(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Sessi
 			}
 		}
 	}
+	// A hand edit of team-a's Secret (drift reported, not corrected): its
+	// diff compares two values, both to be masked.
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: teamA, Name: "app-credentials"}}
+	patch := fmt.Appendf(nil, `{"data":{"api-key":%q}}`, base64.StdEncoding.EncodeToString([]byte(secretEdited)))
+	if err := env.Client.Patch(ctx, sec, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	edited := time.Now()
+	testenv.Eventually(t, timeout, func() error {
+		d, err := view.Describe(getSync(t, sc.app), 0)
+		if err != nil {
+			return err
+		}
+		for _, tg := range d.Targets {
+			for _, o := range tg.Objects {
+				if o.Object == "Secret team-a/app-credentials" && o.State == "Drifted" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("the operator does not report Secret team-a/app-credentials drifted: %+v", d.Targets)
+	})
+	t.Logf("the operator reported the Secret drifted %s after the edit", time.Since(edited).Round(10*time.Millisecond))
+	open(t, s, srv.local, msPath(sc.app), 200)
+	waitJS(t, s, `(function(){var e=document.querySelector('li.node[data-object="Secret team-a/app-credentials"]');return !!e && e.dataset.state==="Drifted"})()`, 10*time.Second)
+	open(t, s, srv.local, msPath(sc.app)+"/diff", 200)
+	secretDiff := `div.diff[data-object="Secret team-a/app-credentials"]`
+	if got := attr(t, s, secretDiff, "data-action"); got != "Configured" {
+		t.Errorf("the diff of the edited Secret is %q, want Configured", got)
+	}
 	// The tree pages show the Secrets (masked) and their YAML.
 	open(t, s, srv.local, "/ms/platform/replicate-secret", 200)
 	waitJS(t, s, `!!document.querySelector('li.node[data-object="Secret replicate-secret-web/wildcard-tls"] details.yaml pre')`, 10*time.Second)
@@ -931,7 +966,7 @@ func testNoSecrets(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Sessi
 	if htmlBodies == 0 {
 		t.Fatalf("no captured response shows the Secret wildcard-tls: the check would prove nothing")
 	}
-	for _, v := range []string{secretTLSKey, secretAPIKey} {
+	for _, v := range []string{secretTLSKey, secretAPIKey, secretEdited} {
 		for _, enc := range []string{v, b64(v)} {
 			if where := b.Find(enc); len(where) > 0 {
 				t.Errorf("a Secret's value (%q) shows in: %v", enc, where)
@@ -1098,4 +1133,71 @@ func testCrossOrigin(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Bro
 	if status != http.StatusForbidden {
 		t.Errorf("the cross-origin POST %s was answered %d, want 403", action, status)
 	}
+}
+
+// testChangeWhileLoading: a change that lands after the server rendered a
+// page but before the page's event stream is open must still show: the
+// stream's request is held (Fetch interception) while team-b's
+// ManifestSync is suspended, then let go.
+func testChangeWhileLoading(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	s := b.NewSession(t)
+	ctx, cancel := context.WithCancel(s.Context())
+	defer cancel()
+	paused := make(chan fetch.RequestID, 1)
+	events := chromedp.Events(ctx, fetch.RequestPaused)
+	go func() {
+		for ev, err := range events {
+			if err != nil {
+				return
+			}
+			select {
+			case paused <- ev.RequestID:
+			default:
+			}
+		}
+	}()
+	if err := s.Do(func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/stream"}}})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	open(t, s, srv.local, msPath(sc.other), 200)
+	if !eval[bool](t, s, `!!document.querySelector('button[data-action="suspend"]')`) {
+		t.Fatalf("%s is suspended already", sc.other)
+	}
+	var id fetch.RequestID
+	select {
+	case id = <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the page opened no event stream")
+	}
+	setSuspend(t, sc.other, true)
+	defer setSuspend(t, sc.other, false)
+	// The server's shared watch has seen it when its overview shows it.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if _, body := get(t, srv.local+"/", "", ""); !regexpSuspended(body, sc.other.String()) {
+			return fmt.Errorf("the overview does not show %s suspended yet", sc.other)
+		}
+		return nil
+	})
+	if err := s.Do(func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil {
+			return chromedp.Void{}, err
+		}
+		_, err := chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
+		return chromedp.Void{}, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitJS(`!!document.querySelector('button[data-action="resume"]')`, promise(t, within)); err != nil {
+		t.Errorf("the page of %s never showed it suspended: the change came while the page loaded, before its event stream opened, and the stream did not tell it (%v)", sc.other, err)
+	}
+}
+
+// regexpSuspended reports whether the overview's row of key says
+// data-suspended="true".
+func regexpSuspended(body, key string) bool {
+	re := regexp.MustCompile(`<tr[^>]*data-ms="` + regexp.QuoteMeta(key) + `"[^>]*>`)
+	return strings.Contains(re.FindString(body), `data-suspended="true"`)
 }
