@@ -393,6 +393,12 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	// Sync now, by keyboard alone: the button focused, Enter asks, Tab
 	// reaches Confirm, Enter confirms.
 	before := getSync(t, sc.app).Annotations[webhook.RequestedAtAnnotation]
+	// The page names whose rights it uses: the kubeconfig's user.
+	user := eval[string](t, s, `(document.querySelector("header .user") || {textContent: ""}).textContent.trim()`)
+	if user == "" {
+		t.Errorf("the page does not say as whom it acts")
+		user = "?"
+	}
 	eval[bool](t, s, `(window.__beforeAction = true)`)
 	eval[bool](t, s, `(document.querySelector('button[data-action="sync"]').focus(), document.activeElement.dataset.action === "sync")`)
 	if err := s.Do(chromedp.KeyEvent(kb.Enter)); err != nil {
@@ -421,7 +427,7 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	if after == "" || after == before {
 		t.Errorf("sync now: %s is %q (was %q)", webhook.RequestedAtAnnotation, after, before)
 	}
-	waitEvent(t, sc.app, "UISync")
+	waitEvent(t, sc.app, user, "UISync")
 
 	// Suspend, then resume.
 	confirmAction(t, s, `button[data-action="suspend"]`)
@@ -431,13 +437,13 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	if !getSync(t, sc.app).Spec.Suspend {
 		t.Errorf("suspend: spec.suspend is false")
 	}
-	waitEvent(t, sc.app, "UISuspend")
+	waitEvent(t, sc.app, user, "UISuspend")
 	waitJS(t, s, `!!document.querySelector('button[data-action="resume"]')`, 10*time.Second)
 	confirmAction(t, s, `button[data-action="resume"]`)
 	if getSync(t, sc.app).Spec.Suspend {
 		t.Errorf("resume: spec.suspend is still true")
 	}
-	waitEvent(t, sc.app, "UIResume")
+	waitEvent(t, sc.app, user, "UIResume")
 
 	// Cancelling asks and does nothing.
 	rv := getSync(t, sc.app).ResourceVersion
@@ -489,7 +495,7 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	if ms.Annotations[history.Annotation] == "" {
 		t.Errorf("rollback: no %s annotation", history.Annotation)
 	}
-	waitEvent(t, sc.app, "UIRollback")
+	waitEvent(t, sc.app, user, "UIRollback")
 	testenv.Eventually(t, timeout, func() error {
 		ms := getSync(t, sc.app)
 		if err := readyErr(ms); err != nil {
@@ -512,7 +518,7 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	if _, ok := ms.Annotations[history.Annotation]; ok {
 		t.Errorf("undo: the %s annotation stays", history.Annotation)
 	}
-	waitEvent(t, sc.app, "UIUndo")
+	waitEvent(t, sc.app, user, "UIUndo")
 	waitReady(t, sc.app)
 
 	// The events tab lists them, newest first.
@@ -541,8 +547,8 @@ func setSuspend(t *testing.T, key client.ObjectKey, suspend bool) {
 }
 
 // waitEvent waits for a core/v1 Event on the ManifestSync with the reason
-// (the UI records who acted).
-func waitEvent(t *testing.T, key client.ObjectKey, reason string) {
+// whose message names the user who acted.
+func waitEvent(t *testing.T, key client.ObjectKey, user, reason string) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var list corev1.EventList
@@ -551,8 +557,8 @@ func waitEvent(t *testing.T, key client.ObjectKey, reason string) {
 		}
 		for _, e := range list.Items {
 			if e.Reason == reason && e.InvolvedObject.Name == key.Name && e.InvolvedObject.Kind == "ManifestSync" {
-				if e.Message == "" {
-					return fmt.Errorf("event %s has no message naming the user", reason)
+				if !strings.Contains(e.Message, user) {
+					return fmt.Errorf("event %s: %q does not name the user %q", reason, e.Message, user)
 				}
 				return nil
 			}
