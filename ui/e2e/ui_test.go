@@ -788,6 +788,9 @@ func testRBAC(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
 		t.Fatal(err)
 	}
 	waitJS(t, s, `location.pathname === "/" && !!document.querySelector('table#syncs')`, 10*time.Second)
+	if who := eval[string](t, s, `(document.querySelector("header .user") || {textContent: ""}).textContent.trim()`); who != "system:serviceaccount:"+teamA+":reader" {
+		t.Errorf("the page says it acts as %q, want the token's user system:serviceaccount:%s:reader", who, teamA)
+	}
 	if eval[bool](t, s, `document.cookie.indexOf("manifestsync-session") >= 0`) {
 		t.Errorf("the session cookie is readable by scripts (not HttpOnly)")
 	}
