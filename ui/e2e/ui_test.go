@@ -585,6 +585,38 @@ const unnamedControls = `(function(){
   return bad;
 })()`
 
+// lowContrast lists the visible text of the page whose colour has less
+// contrast with the background behind it than WCAG AA asks (4.5:1; 3:1
+// for text of 24 px, or 18.7 px bold), at most 10.
+const lowContrast = `(function(){
+  function rgba(s) { var m = s.match(/[\d.]+/g) || [0,0,0,0]; return [+m[0], +m[1], +m[2], m.length > 3 ? +m[3] : 1]; }
+  function lum(c) { var a = c.slice(0,3).map(function (v) { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }); return 0.2126*a[0] + 0.7152*a[1] + 0.0722*a[2]; }
+  function blend(top, bottom) { var a = top[3]; return [top[0]*a + bottom[0]*(1-a), top[1]*a + bottom[1]*(1-a), top[2]*a + bottom[2]*(1-a), 1]; }
+  function background(e) {
+    var layers = [];
+    for (; e; e = e.parentElement) { var c = rgba(getComputedStyle(e).backgroundColor); if (c[3] > 0) { layers.push(c); if (c[3] >= 1) break; } }
+    var bg = [255,255,255,1];
+    if (layers.length && layers[layers.length-1][3] >= 1) bg = layers.pop();
+    while (layers.length) bg = blend(layers.pop(), bg);
+    return bg;
+  }
+  var bad = [];
+  var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (var n; (n = walker.nextNode()) && bad.length < 10;) {
+    if (!n.nodeValue.trim()) continue;
+    var e = n.parentElement, st = getComputedStyle(e);
+    if (st.visibility === "hidden" || st.display === "none" || e.closest("dialog:not([open]), details:not([open]) > :not(summary), .sr-only, [hidden]")) continue;
+    var r = e.getBoundingClientRect(); if (r.width === 0 || r.height === 0) continue;
+    var fg = rgba(st.color), bg = background(e);
+    if (fg[3] < 1) fg = blend(fg, bg);
+    var l1 = lum(fg), l2 = lum(bg), ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    var size = parseFloat(st.fontSize), bold = parseInt(st.fontWeight, 10) >= 700;
+    var need = (size >= 24 || (bold && size >= 18.66)) ? 3 : 4.5;
+    if (ratio < need) bad.push(ratio.toFixed(2) + " < " + need + ": " + JSON.stringify(n.nodeValue.trim().slice(0, 40)) + " in " + e.tagName.toLowerCase() + (e.className ? "." + e.className : "") + " (" + st.color + " on rgb(" + bg.slice(0,3).join(", ") + "))");
+  }
+  return bad;
+})()`
+
 func testAccessibility(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
 	pages := []string{"/", msPath(sc.app), msPath(sc.app) + "/diff", msPath(sc.app) + "/history", msPath(sc.app) + "/events", "/ms/platform/starlark-app"}
 	s := b.NewSession(t)
@@ -595,6 +627,20 @@ func testAccessibility(t *testing.T, sc *scene, srv *uiServers, b *browsertest.B
 		}
 		if !eval[bool](t, s, `document.documentElement.lang !== "" && document.title !== ""`) {
 			t.Errorf("%s: no lang or no title", p)
+		}
+	}
+	// Contrast (WCAG AA: 4.5:1, 3:1 for large text) of the text of the
+	// main pages, light and dark.
+	for _, scheme := range []string{"light", "dark"} {
+		c := b.NewSession(t)
+		if err := c.Emulate(1280, 800, scheme); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"/", msPath(sc.app), msPath(sc.app) + "/history", msPath(sc.app) + "/diff"} {
+			open(t, c, srv.local, p, 200)
+			if low := eval[[]string](t, c, lowContrast); len(low) > 0 {
+				t.Errorf("%s (%s): text below the WCAG AA contrast:\n%s", p, scheme, strings.Join(low, "\n"))
+			}
 		}
 	}
 	// The login page too.
