@@ -629,6 +629,23 @@ func testAccessibility(t *testing.T, sc *scene, srv *uiServers, b *browsertest.B
 			t.Errorf("%s: no lang or no title", p)
 		}
 	}
+	// By keyboard: the first Tab reaches the skip link, and every
+	// control Tab reaches shows where the focus is.
+	open(t, s, srv.local, "/", 200)
+	for i := 0; i < 12; i++ {
+		if err := s.Do(chromedp.KeyEvent(kb.Tab)); err != nil {
+			t.Fatal(err)
+		}
+		focus := eval[[]string](t, s, `(function(){var e=document.activeElement, st=getComputedStyle(e);
+			return [e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + " " + (e.textContent || e.value || "").trim().slice(0, 30),
+				String((st.outlineStyle !== "none" && parseFloat(st.outlineWidth) > 0) || st.boxShadow !== "none")]})()`)
+		if i == 0 && !strings.Contains(focus[0], "Skip to content") {
+			t.Errorf("the first Tab reaches %q, not the skip link", focus[0])
+		}
+		if focus[1] != "true" {
+			t.Errorf("the keyboard focus on %q is not shown (no outline nor shadow)", focus[0])
+		}
+	}
 	// Contrast (WCAG AA: 4.5:1, 3:1 for large text) of the text of the
 	// main pages, light and dark.
 	for _, scheme := range []string{"light", "dark"} {
