@@ -108,6 +108,7 @@ func TestUI(t *testing.T) {
 	run("DriftLive", func(t *testing.T) { testDrift(t, sc, srv, local) })
 	run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
 	run("ChangeWhileLoading", func(t *testing.T) { testChangeWhileLoading(t, sc, srv, b) })
+	run("ConfirmAcrossRefresh", func(t *testing.T) { testConfirmAcrossRefresh(t, sc, srv, b) })
 	run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
 	run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
 	run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
@@ -1272,4 +1273,33 @@ func testChangeWhileLoading(t *testing.T, sc *scene, srv *uiServers, b *browsert
 func regexpSuspended(body, key string) bool {
 	re := regexp.MustCompile(`<tr[^>]*data-ms="` + regexp.QuoteMeta(key) + `"[^>]*>`)
 	return strings.Contains(re.FindString(body), `data-suspended="true"`)
+}
+
+// testConfirmAcrossRefresh: the page refreshes itself while its
+// confirmation dialog is open (a change of the ManifestSync: the operator
+// writes its status while one looks); the confirmed action must still be
+// done.
+func testConfirmAcrossRefresh(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	s := b.NewSession(t)
+	open(t, s, srv.local, msPath(sc.other), 200)
+	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
+	click(t, s, `button[data-action="suspend"]`)
+	waitJS(t, s, `document.getElementById("confirm").open`, within)
+	// Mark the page's <main>: a refresh replaces it.
+	eval[bool](t, s, `(document.getElementById("main").firstElementChild.__old = true)`)
+	requestSync(t, sc.other)
+	waitJS(t, s, `!document.getElementById("main").firstElementChild.__old`, 10*time.Second)
+	if !eval[bool](t, s, `document.getElementById("confirm").open`) {
+		t.Fatalf("the refresh closed the dialog")
+	}
+	eval[bool](t, s, `(window.__beforeAction = true)`)
+	click(t, s, "#confirm-ok")
+	if err := s.WaitJS(`window.__beforeAction === undefined && document.readyState === "complete" && !!document.getElementById("flash")`, 10*time.Second); err != nil {
+		t.Errorf("confirming after the page refreshed itself did nothing: %v", err)
+	}
+	if !getSync(t, sc.other).Spec.Suspend {
+		t.Errorf("the suspend confirmed after a refresh was not done")
+	} else {
+		setSuspend(t, sc.other, false)
+	}
 }

@@ -36,6 +36,9 @@
       var form = pending;
       pending = null;
       if (!form || dialog.returnValue !== "ok") return;
+      // A live refresh may have replaced <main> while the dialog was open:
+      // a form no longer in the document would not submit.
+      if (!form.isConnected) { form.hidden = true; document.body.appendChild(form); }
       var input = document.createElement("input");
       input.type = "hidden";
       input.name = "confirm";
