@@ -307,7 +307,16 @@ func testTree(t *testing.T, srv *uiServers, s *browsertest.Session) {
 // click clicks the element sel selects (by CSS) with the mouse.
 func click(t *testing.T, s *browsertest.Session, sel string) {
 	t.Helper()
-	if err := s.Do(chromedp.Click(chromedp.CSS(sel))); err != nil {
+	var err error
+	for range 3 {
+		// A live refresh may replace the element between its lookup and
+		// the click: look it up again.
+		if err = s.Do(chromedp.Click(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "node") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		t.Fatalf("clicking %s: %v", sel, err)
 	}
 }
