@@ -35,7 +35,7 @@ build: ## Build bin/engine.
 TEST_TIMEOUT ?= 30m
 
 .PHONY: test
-test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, docker-registry, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, bin/helm, the engine's cross-builds).
+test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, docker-registry, chromium, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, bin/helm, the engine's cross-builds).
 	hack/test-deps.sh
 	hack/envtest.sh >/dev/null
 	$(GO) run ./hack/image compile
