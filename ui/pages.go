@@ -36,7 +36,10 @@ type page struct {
 	// Self is the page's own URL, which the script refetches on a change
 	// (a POST's answer shows the page it acted on).
 	Self string
-	Data any
+	// Since is the cursor of the store when the request came: the page's
+	// stream starts from there.
+	Since string
+	Data  any
 }
 
 // flash is the outcome of an action.
@@ -56,6 +59,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	p.Cluster = s.opts.Mode == ModeCluster
 	if p.Self == "" {
 		p.Self = r.URL.RequestURI()
+	}
+	if c, ok := r.Context().Value(cursorKey{}).(cursor); ok {
+		p.Since = c.String()
 	}
 	which := "layout"
 	if r.Header.Get("X-Fragment") == "1" {

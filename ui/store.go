@@ -2,8 +2,11 @@ package ui
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +86,8 @@ type change struct {
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	// seq is its number in the store (the event's id).
+	seq uint64
 }
 
 // store holds the rows of every ManifestSync the shared watch sees and
@@ -98,6 +103,39 @@ type store struct {
 
 	subMu sync.Mutex
 	subs  map[*subscriber]struct{}
+	// epoch tells this store's sequence numbers from those of another
+	// process (a restarted server); seq numbers the changes published;
+	// recent holds the last recentChanges of them, so that a stream opened
+	// after its page was read starts with what changed in between.
+	epoch  string
+	seq    uint64
+	recent []change
+}
+
+// recentChanges is how many changes a stream can catch up on; a page
+// older than that is told that something changed.
+const recentChanges = 256
+
+// cursor is a point in a store's changes: "EPOCH-SEQ". A page carries the
+// cursor read before its data; its stream sends what came after.
+type cursor struct {
+	epoch string
+	seq   uint64
+}
+
+func (c cursor) String() string { return c.epoch + "-" + strconv.FormatUint(c.seq, 10) }
+
+// parseCursor reads a cursor; ok is false for anything else.
+func parseCursor(s string) (cursor, bool) {
+	epoch, n, ok := strings.Cut(s, "-")
+	if !ok || epoch == "" {
+		return cursor{}, false
+	}
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if err != nil {
+		return cursor{}, false
+	}
+	return cursor{epoch: epoch, seq: seq}, true
 }
 
 // subscriber is one open stream: changes are queued in ch; a full queue
@@ -110,7 +148,16 @@ type subscriber struct {
 }
 
 func newStore() *store {
-	return &store{rows: map[string]row{}, subs: map[*subscriber]struct{}{}}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &store{rows: map[string]row{}, subs: map[*subscriber]struct{}{}, epoch: hex.EncodeToString(b[:])}
+}
+
+// now is the cursor of the last change published.
+func (st *store) now() cursor {
+	st.subMu.Lock()
+	defer st.subMu.Unlock()
+	return cursor{epoch: st.epoch, seq: st.seq}
 }
 
 func (st *store) set(ms *v1alpha1.ManifestSync) {
@@ -157,12 +204,32 @@ func (st *store) list() (rows []row, synced bool) {
 	return st.sorted, st.synced
 }
 
-func (st *store) subscribe() *subscriber {
-	sub := &subscriber{ch: make(chan change, 64)}
+// subscribe opens a stream's queue. With a cursor (ok) it also returns
+// the changes published after it, and lost when they are not all known
+// any more (too old, or a cursor of another process).
+func (st *store) subscribe(since cursor, ok bool) (sub *subscriber, missed []change, lost bool) {
+	sub = &subscriber{ch: make(chan change, 64)}
 	st.subMu.Lock()
+	defer st.subMu.Unlock()
 	st.subs[sub] = struct{}{}
-	st.subMu.Unlock()
-	return sub
+	if !ok {
+		return sub, nil, false
+	}
+	if since.epoch != st.epoch || since.seq > st.seq {
+		return sub, nil, true
+	}
+	if since.seq == st.seq {
+		return sub, nil, false
+	}
+	if len(st.recent) == 0 || st.recent[0].seq > since.seq+1 {
+		return sub, nil, true
+	}
+	for _, c := range st.recent {
+		if c.seq > since.seq {
+			missed = append(missed, c)
+		}
+	}
+	return sub, missed, false
 }
 
 func (st *store) unsubscribe(sub *subscriber) {
@@ -175,6 +242,13 @@ func (st *store) unsubscribe(sub *subscriber) {
 func (st *store) publish(c change) {
 	st.subMu.Lock()
 	defer st.subMu.Unlock()
+	st.seq++
+	c.seq = st.seq
+	if len(st.recent) == recentChanges {
+		copy(st.recent, st.recent[1:])
+		st.recent = st.recent[:recentChanges-1]
+	}
+	st.recent = append(st.recent, c)
 	for sub := range st.subs {
 		select {
 		case sub.ch <- c:

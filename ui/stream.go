@@ -56,7 +56,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
 		return
 	}
 	defer s.streams.release(c.id.key)
-	sub := s.store.subscribe()
+	// What changed since the page was read: the cursor it carries
+	// (?since=), or on a reconnection the id of the last event the browser
+	// got (Last-Event-ID).
+	since := r.Header.Get("Last-Event-ID")
+	if since == "" {
+		since = r.URL.Query().Get("since")
+	}
+	from, ok := parseCursor(since)
+	sub, missed, lost := s.store.subscribe(from, ok)
 	defer s.store.unsubscribe(sub)
 
 	h := w.Header()
@@ -75,6 +83,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
 	// stream is open.
 	if !write("retry: 2000\n: open\n\n") {
 		return
+	}
+	send := func(ch change) bool {
+		if !s.allowed(r.Context(), c.id, "get", ch.Namespace) {
+			return true
+		}
+		data, err := json.Marshal(ch)
+		if err != nil {
+			return true
+		}
+		return write("id: %s\nevent: change\ndata: %s\n\n", cursor{epoch: s.store.epoch, seq: ch.seq}, data)
+	}
+	if lost && !write("event: change\ndata: {\"kind\":\"ManifestSync\"}\n\n") {
+		return
+	}
+	for _, ch := range missed {
+		if !send(ch) {
+			return
+		}
 	}
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
@@ -103,14 +129,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *caller) {
 					return
 				}
 			}
-			if !s.allowed(r.Context(), c.id, "get", ch.Namespace) {
-				continue
-			}
-			data, err := json.Marshal(ch)
-			if err != nil {
-				continue
-			}
-			if !write("event: change\ndata: %s\n\n", data) {
+			if !send(ch) {
 				return
 			}
 		}

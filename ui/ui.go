@@ -203,7 +203,15 @@ func New(opts Options) (*Server, error) {
 func (s *Server) NeedLeaderElection() bool { return false }
 
 // ServeHTTP serves the whole UI.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// Every request notes the store's cursor before it reads anything: a page
+// carries it, so that its stream starts from there (a change while the page
+// was read is not lost).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cursorKey{}, s.store.now())))
+}
+
+// cursorKey holds a request's cursor in its context.
+type cursorKey struct{}
 
 // Start runs the watch of ManifestSyncs that feeds the overview and the
 // live stream, until ctx ends.

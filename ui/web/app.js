@@ -135,7 +135,9 @@
   // The live stream.
   if (body.getAttribute("data-live") === "1" && window.EventSource) {
     var live = document.getElementById("live");
-    var es = new EventSource("/stream");
+    // The stream starts where the page was read: what changed while it
+    // loaded comes first.
+    var es = new EventSource("/stream?since=" + encodeURIComponent(body.getAttribute("data-since") || ""));
     es.addEventListener("open", function () { if (live) { live.textContent = "live"; live.className = "live on"; } });
     es.addEventListener("error", function () { if (live) { live.textContent = "reconnecting"; live.className = "live off"; } });
     es.addEventListener("change", function (ev) {
