@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -219,15 +220,28 @@ func (s *Server) Start(ctx context.Context) error {
 	return s.runWatch(ctx)
 }
 
-// ListenAndServe serves h on addr until ctx ends, then shuts down within
-// 5 s. Its timeouts bound slow clients; the live stream sets its own write
-// deadlines, so that there is no overall write timeout.
+// ListenAndServe serves h on addr until ctx ends (see Serve).
 func ListenAndServe(ctx context.Context, addr string, h http.Handler, log logr.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("ui: listening on %s: %w", addr, err)
+	}
+	return Serve(ctx, l, h, log)
+}
+
+// maxConns bounds the connections the server holds at once: every
+// stream it allows, and room for the pages beside them.
+const maxConns = maxStreams + 128
+
+// Serve serves h on l until ctx ends, then shuts down within 5 s. Its
+// timeouts bound slow clients, and its listener the connections held at
+// once; the live stream sets its own write deadlines, so that there is no
+// overall write timeout (the streams end with ctx: Start stops them).
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log logr.Logger) error {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
 	srv := &http.Server{
-		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       readTimeout,
@@ -235,11 +249,8 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, log logr.L
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("ui: listening on %s: %w", addr, err)
-	}
 	log.Info("serving the web UI", "address", "http://"+l.Addr().String())
+	l = netutil.LimitListener(l, maxConns)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -28,10 +27,6 @@ import (
 // defaultUIAddr is where engine ui listens unless --addr says otherwise:
 // loopback only, as the UI acts with the user's own credentials.
 const defaultUIAddr = "127.0.0.1:8090"
-
-// uiShutdownGrace bounds how long engine ui waits, once interrupted, for
-// the requests in flight (an action's API calls) before it closes them.
-const uiShutdownGrace = 5 * time.Second
 
 type uiFlags struct {
 	cluster clusterFlags
@@ -134,44 +129,11 @@ func runUI(ctx context.Context, stdout, stderr io.Writer, f *uiFlags) error {
 	defer cancel()
 	watches := make(chan error, 1)
 	go func() { watches <- srv.Start(ctx); cancel() }()
-	served := serveUI(ctx, ln, srv)
+	served := ui.Serve(ctx, ln, srv, logr.Discard())
 	cancel()
 	werr := <-watches
 	if err := errors.Join(served, werr); err != nil {
 		return failed(fmt.Errorf("ui: %w", err))
-	}
-	return nil
-}
-
-// serveUI serves h on ln until ctx ends, then lets the requests in flight
-// finish within uiShutdownGrace. The event streams of open pages end with
-// ctx (the server's Start stops them), so that shutting down does not
-// wait on them.
-func serveUI(ctx context.Context, ln net.Listener, h http.Handler) error {
-	hs := &http.Server{
-		Handler: h,
-		// Bounds of what a client may hold open or send. No ReadTimeout
-		// or WriteTimeout: either would cut the event streams of open
-		// pages (request bodies are bounded by the handlers).
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), uiShutdownGrace)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		_ = hs.Close()
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
 	}
 	return nil
 }
