@@ -329,7 +329,10 @@ func (b *Browser) NewSession(t testing.TB) *Session {
 	}
 	tab = ctx
 	t.Cleanup(func() {
-		// Let the body reads of this tab end before it goes.
+		// The page is left first (its stream closed, no refetch to come),
+		// then the body reads of this tab end before it goes: a response
+		// finishing as the tab closed would be one whose body is missed.
+		_ = s.Do(chromedp.Navigate("about:blank"))
 		b.Settle()
 		cancel()
 	})
