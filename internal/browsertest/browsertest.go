@@ -62,7 +62,7 @@ type Browser struct {
 	messages  []Message
 	console   []string
 	missed    []string // responses whose body could not be read
-	bodies    sync.WaitGroup
+	reading   int      // body reads in flight (under mu)
 }
 
 // Request is a request the browser sent.
@@ -228,9 +228,15 @@ func (b *Browser) listen(tab *context.Context) func(ev any) {
 				return
 			}
 			ctx := *tab
-			b.bodies.Add(1)
+			b.mu.Lock()
+			b.reading++
+			b.mu.Unlock()
 			go func() {
-				defer b.bodies.Done()
+				defer func() {
+					b.mu.Lock()
+					b.reading--
+					b.mu.Unlock()
+				}()
 				b.readBody(ctx, ev.RequestID, r)
 			}()
 		case *network.EventLoadingFailed:
@@ -421,11 +427,15 @@ func (s *Session) Emulate(width, height int64, scheme string) error {
 // Settle waits (at most the browser's timeout) until the bodies of the
 // responses received so far are read.
 func (b *Browser) Settle() {
-	done := make(chan struct{})
-	go func() { b.bodies.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(b.timeout):
+	// A count, not a WaitGroup: reads start from the tabs' event loops
+	// while a test may be waiting here.
+	for deadline := time.Now().Add(b.timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b.mu.Lock()
+		n := b.reading
+		b.mu.Unlock()
+		if n == 0 {
+			return
+		}
 	}
 }
 
