@@ -1239,7 +1239,7 @@ func testChangeWhileLoading(t *testing.T, sc *scene, srv *uiServers, b *browsert
 		}
 	}()
 	if err := s.Do(func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
-		_, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/stream"}}})
+		_, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/stream*"}}})
 		return chromedp.Void{}, err
 	}); err != nil {
 		t.Fatal(err)
