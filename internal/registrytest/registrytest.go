@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Path finds docker-registry. Without it the test fails: `make test`
@@ -31,6 +33,40 @@ func Path(t testing.TB) string {
 // and returns its host:port once it serves /v2/ (within 20 s).
 func Start(t testing.TB) string {
 	t.Helper()
+	return StartWith(t, Config{}).Addr
+}
+
+// Config says how StartWith serves the registry.
+type Config struct {
+	// AccessLog turns the registry's access log on (one line per request,
+	// in Apache's combined format), for a test to count requests from the
+	// registry's own account of them.
+	AccessLog bool
+	// User and Password, when User is set, make the registry ask for them
+	// (its htpasswd access controller, the password stored as bcrypt).
+	User, Password string
+}
+
+// Registry is a running docker-registry.
+type Registry struct {
+	// Addr is its host:port on loopback.
+	Addr string
+	log  string
+}
+
+// Log returns what the registry has written to its log so far.
+func (r *Registry) Log(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// StartWith is Start with the access log or basic auth of c.
+func StartWith(t testing.TB, c Config) *Registry {
+	t.Helper()
 	bin := Path(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,8 +75,19 @@ func Start(t testing.TB) string {
 	addr := l.Addr().String()
 	l.Close()
 	dir := t.TempDir()
-	config := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
-		filepath.Join(dir, "data"), addr)
+	config := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: %t\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
+		!c.AccessLog, filepath.Join(dir, "data"), addr)
+	if c.User != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(c.Password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		htpasswd := filepath.Join(dir, "htpasswd")
+		if err := os.WriteFile(htpasswd, []byte(c.User+":"+string(hash)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config += fmt.Sprintf("auth:\n  htpasswd:\n    realm: registrytest\n    path: %s\n", htpasswd)
+	}
 	configFile := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -65,8 +112,9 @@ func Start(t testing.TB) string {
 	for {
 		if res, err := http.Get("http://" + addr + "/v2/"); err == nil {
 			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return addr
+			// 401: it serves, and asks for the credentials it was given.
+			if res.StatusCode == http.StatusOK || (c.User != "" && res.StatusCode == http.StatusUnauthorized) {
+				return &Registry{Addr: addr, log: logFile.Name()}
 			}
 		}
 		select {
