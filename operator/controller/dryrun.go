@@ -78,6 +78,32 @@ func (d ObjectDiff) Changes() bool {
 // An error means the cluster could not be read; an object that would fail
 // to apply is reported as Failed.
 func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
+	return dryRun(ctx, c, c, nil, ms, targets, opts)
+}
+
+// DryRunCluster is DryRun for the targets of one cluster of ms, which c
+// reaches, while home reads ms's own cluster: the web UI dry-runs a remote
+// target through that cluster's client (RemoteClientAs), the live
+// ManifestSync and its inventory staying in home. cluster is the cluster
+// as the inventory records it (ClusterRefOf: "" for ms's own): only the
+// inventory entries of that cluster are candidates for pruning, so that
+// an object is never looked for in a cluster it was not applied to.
+// Without a live ManifestSync in home, the candidates are the objects of
+// c's cluster carrying its owner label, as DryRun's.
+func DryRunCluster(ctx context.Context, c client.Client, home client.Reader, cluster string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
+	return dryRun(ctx, c, home, &cluster, ms, targets, opts)
+}
+
+// ClusterRefOf is the cluster of target t of ms as the inventory records
+// it: "" for ms's own cluster, else "<kubeconfig secret>/<key>".
+func ClusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
+	return clusterRefOf(ms, t)
+}
+
+// dryRun is DryRun and DryRunCluster: the ManifestSync is read through
+// home; cluster, when not nil, keeps the inventory entries of that cluster
+// only.
+func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
 	a := &applier{client: c, live: c, managed: c, owner: opts.owner(ms), manager: opts.fieldManager(), policy: ms.Spec.Policy.Resources, dryRun: true}
 	var (
 		out     []ObjectDiff
@@ -116,7 +142,7 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 	if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {
 		return out, nil
 	}
-	candidates, err := pruneCandidates(ctx, c, ms, a.owner, targets)
+	candidates, err := pruneCandidates(ctx, c, home, cluster, ms, a.owner, targets)
 	if err != nil {
 		return nil, err
 	}
@@ -238,16 +264,21 @@ func getLive(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, 
 }
 
 // pruneCandidates are the objects a sync of targets might prune: the live
-// ManifestSync's inventory (only the evaluated targets' entries when
-// targets are a subset), or, when it is not in the cluster, the objects
+// ManifestSync's inventory, read through home (only the evaluated targets'
+// entries when targets are a subset; only cluster's when cluster is not
+// nil), or, when it is not in home's cluster, the objects of c's cluster
 // carrying its owner label in the targets' namespaces, of the kinds the
 // targets apply.
-func pruneCandidates(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, owner string, targets []*engine.TargetResult) ([]inventoryItem, error) {
+func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, owner string, targets []*engine.TargetResult) ([]inventoryItem, error) {
 	live := &v1alpha1.ManifestSync{}
-	err := c.Get(ctx, client.ObjectKeyFromObject(ms), live)
+	err := home.Get(ctx, client.ObjectKeyFromObject(ms), live)
 	switch {
 	case err == nil:
-		return inventoryOf(live, ms, targets)
+		items, err := inventoryOf(live, ms, targets)
+		if err != nil || cluster == nil {
+			return items, err
+		}
+		return slices.DeleteFunc(items, func(it inventoryItem) bool { return it.cluster != *cluster }), nil
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
 	default:
 		return nil, fmt.Errorf("reading ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)

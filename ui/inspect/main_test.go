@@ -13,10 +13,12 @@ import (
 
 // env is the API server every test of the package shares, started once;
 // no operator runs against it: the tests write the status they read.
-var env *testenv.Env
+// remoteEnv is another API server: the remote cluster of the diff's
+// remote targets.
+var env, remoteEnv *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env))
+	os.Exit(testenv.Run(m, &env, testenv.Second(&remoteEnv)))
 }
 
 // userClient is a client of the API server as user, by impersonation
