@@ -325,6 +325,36 @@ type historyRow struct {
 	Revision string
 }
 
+// appliedEntry is the index of the history entry that is applied now, -1
+// when none is. A revision can be in the history more than once (A, then
+// B, then A again: a rollback, or an in-cluster input changing back; or
+// the same revision evaluated again with another output that failed to
+// apply), so the entry of status.lastAppliedRevision is the newest one
+// with it that synced (the operator sets that revision only on a sync that
+// applied every target); else the newest one with it whose result does not
+// say the apply failed: under spec.wait an applied entry may read
+// Progressing or HealthCheckFailed, and an entry may record no result.
+func appliedEntry(s v1alpha1.ManifestSyncStatus) int {
+	if s.LastAppliedRevision == "" {
+		return -1
+	}
+	applied := -1
+	for i, e := range s.History { // newest first
+		if e.Revision != s.LastAppliedRevision {
+			continue
+		}
+		switch e.Result {
+		case v1alpha1.ReasonSynced:
+			return i
+		case "", v1alpha1.ReasonProgressing, v1alpha1.ReasonHealthCheckFailed:
+			if applied < 0 {
+				applied = i
+			}
+		}
+	}
+	return applied
+}
+
 // msPage serves one tab of a ManifestSync's page, read as the user: the
 // API server's refusal is the page's (403 with its message).
 func (s *Server) msPage(tab string) func(http.ResponseWriter, *http.Request, *caller) {
@@ -381,9 +411,10 @@ func (s *Server) msData(ctx context.Context, c *caller, ms *v1alpha1.ManifestSyn
 			d.Note = apiMessage(err)
 		}
 	case "history":
+		current := appliedEntry(ms.Status)
 		for i, e := range ms.Status.History {
 			d.History = append(d.History, historyRow{N: i, Entry: e, Sources: inputRows(ms, e.Inputs),
-				Current: e.Revision == ms.Status.LastAppliedRevision, Revision: v1alpha1.ShortRevision(e.Revision)})
+				Current: i == current, Revision: v1alpha1.ShortRevision(e.Revision)})
 		}
 		from, errF := strconv.Atoi(q.Get("from"))
 		to, errT := strconv.Atoi(q.Get("to"))

@@ -747,3 +747,51 @@ func TestStaticFilesAndSecurityHeaders(t *testing.T) {
 		t.Errorf("a POST of %d bytes: %d, want 400", maxBody+1, r.status)
 	}
 }
+
+// TestHistoryBadgesOnlyTheAppliedEntry: a revision in the history more than
+// once (A, B, then A again) is badged "applied" on the entry that is
+// applied now only: the newest of that revision that synced, not an older
+// one, nor a newer one whose apply failed.
+func TestHistoryBadgesOnlyTheAppliedEntry(t *testing.T) {
+	ns := env.Namespace(t, nil)
+	u := startUI(t, Options{Mode: ModeLocal})
+	c := browser(t)
+	const a, b = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	for _, tc := range []struct {
+		name    string
+		history []v1alpha1.HistoryEntry
+		want    string // the applied entry
+	}{
+		{"rolled-back", []v1alpha1.HistoryEntry{{Revision: a, Result: "Synced"}, {Revision: b, Result: "Synced"}, {Revision: a, Result: "Synced"}}, "0"},
+		{"failed-again", []v1alpha1.HistoryEntry{{Revision: a, Result: "ApplyFailed"}, {Revision: b, Result: "ApplyFailed"}, {Revision: a, Result: "Synced"}}, "2"},
+	} {
+		ms := createSync(t, ns, tc.name)
+		ms.Status.LastAppliedRevision = a
+		for i := range tc.history {
+			tc.history[i].Time = metav1.NewTime(time.Now().Add(-time.Duration(i) * time.Minute))
+			tc.history[i].Inputs = ms.Status.History[0].Inputs
+		}
+		ms.Status.History = tc.history
+		if err := env.Client.Status().Update(context.Background(), ms); err != nil {
+			t.Fatal(err)
+		}
+		r := u.do(t, c, http.MethodGet, "/ms/"+ns+"/"+tc.name+"/history", "", nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: history page: %d", tc.name, r.status)
+		}
+		var applied, current []string
+		for _, row := range strings.Split(r.body, `<tr data-entry="`)[1:] {
+			row, _, _ = strings.Cut(row, "</tr>")
+			n, rest, _ := strings.Cut(row, `"`)
+			if strings.Contains(row, `<span class="badge ok">applied</span>`) {
+				applied = append(applied, n)
+			}
+			if strings.HasPrefix(rest, ` class="current"`) {
+				current = append(current, n)
+			}
+		}
+		if want := []string{tc.want}; !slices.Equal(applied, want) || !slices.Equal(current, want) {
+			t.Errorf("%s: entries badged applied %v, marked current %v; want %v", tc.name, applied, current, want)
+		}
+	}
+}
