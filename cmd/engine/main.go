@@ -1,8 +1,8 @@
 // Command engine is ManifestSync's one binary: offline evaluation (eval),
 // CI checks (vet, test), the controller manager (operator) and its
 // evaluation workers (eval-worker), what the operator would change (diff),
-// status, history and rollback, the web UI (ui), module documentation
-// (doc) and the version.
+// status, history and rollback, the web UI (ui), OCI artifacts (push,
+// pull), module documentation (doc) and the version.
 package main
 
 import (
@@ -87,6 +87,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newFmtCmd(), newSchemaCmd(), newInitCmd(), newVersionCmd(), newOperatorCmd(), newStatusCmd(), newHistoryCmd(), newRollbackCmd(), newImportCmd(), newUICmd(), newEvalWorkerCmd())
+	root.AddCommand(newEvalCmd(), newVetCmd(), newTestCmd(), newDiffCmd(), newDocCmd(), newFmtCmd(), newSchemaCmd(), newInitCmd(), newVersionCmd(), newOperatorCmd(), newStatusCmd(), newHistoryCmd(), newRollbackCmd(), newImportCmd(), newUICmd(), newPushCmd(), newPullCmd(), newEvalWorkerCmd())
 	return root
 }
