@@ -213,7 +213,7 @@ type entry struct {
 	body string
 }
 
-func tgz(t *testing.T, entries ...entry) []byte {
+func tgz(t testing.TB, entries ...entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -373,7 +373,8 @@ func (r rawManifest) MediaType() (types.MediaType, error) { return r.mt, nil }
 func TestFluxLayoutAndLayerSelector(t *testing.T) {
 	reg := registrytest.StartWith(t, registrytest.Config{})
 	fluxTar := tgz(t,
-		entry{hd: tar.Header{Typeflag: tar.TypeDir, Name: "deploy/", Mode: 0o755}},
+		entry{hd: tar.Header{Typeflag: tar.TypeDir, Name: ".", Mode: 0o755}}, // the pushed directory itself
+		entry{hd: tar.Header{Typeflag: tar.TypeDir, Name: "deploy", Mode: 0o755}},
 		entry{hd: tar.Header{Typeflag: tar.TypeReg, Name: "deploy/app.yaml", Mode: 0o600}, body: "kind: Deployment\n"},
 		entry{hd: tar.Header{Typeflag: tar.TypeReg, Name: "./kustomization.yaml"}, body: "resources: [deploy/app.yaml]\n"},
 	)
