@@ -296,9 +296,9 @@ func (c *Client) pickTag(ctx context.Context, p *remote.Puller, repo name.Reposi
 			return "", fmt.Errorf("%w: semverFilter %q: %w", ErrRefused, ref.SemVerFilter, err)
 		}
 	}
-	tags, err := p.List(ctx, repo)
+	tags, err := listTags(ctx, p, repo)
 	if err != nil {
-		return "", fmt.Errorf("tag listing: %w", registryError(err))
+		return "", err
 	}
 	var best *semver.Version
 	bestTag := ""
@@ -318,6 +318,30 @@ func (c *Client) pickTag(ctx context.Context, p *remote.Puller, repo name.Reposi
 		return "", fmt.Errorf("%w: no tag matches semver range %q", ErrNotFound, ref.SemVer)
 	}
 	return bestTag, nil
+}
+
+// maxTags bounds a tag listing (every page of it): a registry that pages
+// on and on gets an error, not a loop until the deadline.
+const maxTags = 100000
+
+// listTags lists the tags of repo, page by page, up to maxTags.
+func listTags(ctx context.Context, p *remote.Puller, repo name.Repository) ([]string, error) {
+	l, err := p.Lister(ctx, repo)
+	if err != nil {
+		return nil, fmt.Errorf("tag listing: %w", registryError(err))
+	}
+	var tags []string
+	for l.HasNext() {
+		page, err := l.Next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("tag listing: %w", registryError(err))
+		}
+		tags = append(tags, page.Tags...)
+		if len(tags) > maxTags {
+			return nil, fmt.Errorf("%w: tag listing of more than %d tags", ErrLimit, maxTags)
+		}
+	}
+	return tags, nil
 }
 
 // Fetch resolves src and reads its artifact, unless its digest is last
