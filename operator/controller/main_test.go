@@ -57,6 +57,17 @@ func (c *eventCounter) Eventf(regarding, related runtime.Object, eventtype, reas
 	c.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }
 
+// total is how many events were recorded, of every ManifestSync.
+func (c *eventCounter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.n {
+		n += k
+	}
+	return n
+}
+
 // count is how many events of the reason ms got.
 func (c *eventCounter) count(ms *v1alpha1.ManifestSync, reason string) int {
 	c.mu.Lock()

@@ -121,3 +121,15 @@ func (r Requests) Writes() float64 {
 func (r Request) Housekeeping() bool {
 	return r.Group == "coordination.k8s.io" || r.Resource == ""
 }
+
+// Without is r less the classes of requests drop says are not the
+// caller's to count.
+func (r Requests) Without(drop func(Request) bool) Requests {
+	out := Requests{}
+	for k, v := range r {
+		if !drop(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
