@@ -106,7 +106,9 @@ func forms(v string) []string {
 }
 
 // AddObject adds the values of obj when it is a Secret: data as written
-// (base64) and decoded, and stringData. Other objects add nothing.
+// (base64) and decoded, and stringData as written and base64-encoded (as
+// the API server, and the operator's apply, keep it in data). Other
+// objects add nothing.
 func (r *Redactor) AddObject(obj map[string]any) {
 	if !IsSecret(obj) {
 		return
@@ -121,18 +123,22 @@ func (r *Redactor) AddObject(obj map[string]any) {
 				continue
 			}
 			r.add(s)
-			if field == "data" {
-				if _, decoded := r.decoded[s]; decoded {
-					continue // the same Secret in another target
-				}
-				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
-					r.add(string(b))
-				}
-				if r.decoded == nil {
-					r.decoded = map[string]struct{}{}
-				}
-				r.decoded[s] = struct{}{}
+			if field == "stringData" {
+				// The operator applies stringData merged into data,
+				// as the API server stores it.
+				r.add(base64.StdEncoding.EncodeToString([]byte(s)))
+				continue
 			}
+			if _, decoded := r.decoded[s]; decoded {
+				continue // the same Secret in another target
+			}
+			if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+				r.add(string(b))
+			}
+			if r.decoded == nil {
+				r.decoded = map[string]struct{}{}
+			}
+			r.decoded[s] = struct{}{}
 		}
 	}
 }

@@ -60,6 +60,11 @@ func TestAddObject(t *testing.T) {
 	if want := "got ***, *** and ***; configmap-value stays"; msg != want {
 		t.Errorf("got %q, want %q", msg, want)
 	}
+	// stringData base64-encoded, as the operator applies it in data.
+	sent := base64.StdEncoding.EncodeToString([]byte("string-data-secret"))
+	if msg := r.String("data: {b: " + sent + "}"); msg != "data: {b: ***}" {
+		t.Errorf("the encoded stringData value: got %q", msg)
+	}
 }
 
 func TestError(t *testing.T) {
