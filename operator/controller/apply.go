@@ -90,13 +90,15 @@ type applier struct {
 }
 
 // apply applies desired, whose digest is given, and says what happened.
+// desired is sent as asApplied makes it; the change keeps digest.
 func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured, digest, target string) Change {
 	ch := Change{Item: itemOf(desired, target), digest: sumOf(digest)}
 	policy, err := a.policyOf(desired)
 	if err != nil {
 		return ch.failed(err)
 	}
-	obj := desired.DeepCopy()
+	sent, annotated := asApplied(desired, digest) // a Secret's stringData as data
+	obj := sent.DeepCopy()
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -107,7 +109,7 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[DigestAnnotation] = digest
+	annotations[DigestAnnotation] = annotated
 	obj.SetAnnotations(annotations)
 
 	if policy == v1alpha1.PolicyOverwrite {

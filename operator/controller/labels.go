@@ -26,7 +26,9 @@ const (
 	// "<namespace>.<name>", or "<namespace>.<name>_<instance id>" when the
 	// operator has an instance id.
 	OwnerLabel = "manifestsync.dev/owner"
-	// DigestAnnotation is the digest of the desired object last applied.
+	// DigestAnnotation is the digest of the desired object last applied:
+	// the engine's, or, for a Secret whose stringData was merged into data
+	// before applying, that of the object sent (asApplied).
 	DigestAnnotation = "manifestsync.dev/digest"
 	// PolicyAnnotation overrides spec.policy.resources for one object.
 	PolicyAnnotation = "manifestsync.dev/policy"

@@ -38,7 +38,8 @@ func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a
 			rec.partial = true
 			continue
 		}
-		o, ok := restoreObject(ctx, c, a, it, t.Digests[i], ms.Spec.Policy.Drift)
+		_, annotated := asApplied(obj, t.Digests[i]) // the digest annotation it was applied with
+		o, ok := restoreObject(ctx, c, a, it, annotated, ms.Spec.Policy.Drift)
 		if !ok {
 			rec.partial = true
 			continue
@@ -52,7 +53,10 @@ func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a
 }
 
 // restoreObject is an inventory object as the last apply left it, if it
-// is still ours with the desired digest.
+// is still ours with digest, the DigestAnnotation that applying the
+// desired object writes (asApplied). An object applied otherwise (by an
+// operator that sent a Secret's stringData as it is) is not restored, and
+// so is applied once more.
 func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem, digest string, policy v1alpha1.DriftPolicy) (appliedObject, bool) {
 	o := appliedObject{item: it}
 	left := policy == v1alpha1.DriftReport || policy == v1alpha1.DriftIgnore // drift is left as it is
