@@ -155,8 +155,8 @@ func checkUI(ctx context.Context, t *testing.T, d *demo) {
 	}
 	// The diff tab evaluates each example as engine diff does (engine ui's
 	// evaluator, as the cluster's administrator): nothing would change.
-	// Targets of another cluster are Skipped, as engine diff leaves them
-	// out, saying so.
+	// Targets of another cluster are dry-run there, with their kubeconfig
+	// Secret's credentials: each must be compared, Unchanged, too.
 	for _, ex := range d.examples {
 		url := fmt.Sprintf("%sms/%s/%s/diff", d.ui, ex.ms.Namespace, ex.ms.Name)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -175,10 +175,17 @@ func checkUI(ctx context.Context, t *testing.T, d *demo) {
 		}
 		page := string(body)
 		changes := regexp.MustCompile(`data-action="(Created|Configured|Pruned|Conflict|Failed)"`).FindAllString(page, -1)
-		compared := strings.Contains(page, `data-action="Unchanged"`) || strings.Contains(page, "Nothing would change") ||
-			strings.Contains(page, "the diff compares only the targets of this cluster")
-		if len(changes) > 0 || !compared || strings.Contains(page, `class="flash error"`) {
-			t.Errorf("the UI's diff of %s/%s is not clean (%v):\n%s", ex.ms.Namespace, ex.ms.Name, changes, mainOf(page))
+		compared := strings.Contains(page, `data-action="Unchanged"`) || strings.Contains(page, "Nothing would change")
+		var uncompared []string // remote targets with no Unchanged row
+		for _, target := range ex.ms.Spec.Targets {
+			row := regexp.MustCompile(`data-action="Unchanged" data-target="` + regexp.QuoteMeta(target.Name) + `(/[^"]*)?"`)
+			if target.Cluster != nil && !row.MatchString(page) {
+				uncompared = append(uncompared, target.Name)
+			}
+		}
+		if len(changes) > 0 || !compared || len(uncompared) > 0 || strings.Contains(page, `class="flash error"`) {
+			t.Errorf("the UI's diff of %s/%s is not clean (changes %v, remote targets not Unchanged %v):\n%s",
+				ex.ms.Namespace, ex.ms.Name, changes, uncompared, mainOf(page))
 		}
 	}
 }
