@@ -56,6 +56,10 @@ const (
 	MaxFileSize = 1 << 20
 	// MaxFiles is the most encrypted files DecryptFiles decrypts at once.
 	MaxFiles = 1000
+	// MaxMasterKeys is the most master keys (all key groups together) a
+	// file may list: each age one costs a key agreement per identity
+	// given, so a file listing thousands would make decryption slow.
+	MaxMasterKeys = 64
 )
 
 func init() {
@@ -241,6 +245,13 @@ func decrypt(name string, data []byte, keys Keys) ([]byte, []string, error) {
 // decryptLoaded decrypts a loaded tree: the data key through the age key
 // service, the values, then the MAC check.
 func decryptLoaded(name string, tree gosops.Tree, st store, keys Keys) ([]byte, []string, error) {
+	nkeys := 0
+	for _, g := range tree.Metadata.KeyGroups {
+		nkeys += len(g)
+	}
+	if nkeys > MaxMasterKeys {
+		return nil, nil, fmt.Errorf("sops: file %q: lists %d master keys, more than %d", name, nkeys, MaxMasterKeys)
+	}
 	groups := describeGroups(tree.Metadata.KeyGroups)
 	if !slices.ContainsFunc(groups, func(g group) bool { return len(g.age) > 0 }) {
 		return nil, nil, fmt.Errorf("sops: file %q: encrypted for %s only: only age keys are supported",

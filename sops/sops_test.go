@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"github.com/getsops/sops/v3/aes"
 	sopsage "github.com/getsops/sops/v3/age"
 	"github.com/getsops/sops/v3/kms"
+	"github.com/getsops/sops/v3/logging"
 	"github.com/getsops/sops/v3/pgp"
 )
 
@@ -60,7 +62,7 @@ type plainStore interface {
 // each group gets the whole key), the values encrypted with AES-GCM, the
 // MAC over them. Values under keys ending in "_unencrypted" stay plain.
 // Master keys that are not age keep the EncryptedKey they were given.
-func encryptGroups(t *testing.T, name string, plain []byte, groups ...gosops.KeyGroup) []byte {
+func encryptGroups(t testing.TB, name string, plain []byte, groups ...gosops.KeyGroup) []byte {
 	t.Helper()
 	st := storeFor(FormatOf(name)).(plainStore)
 	branches, err := st.LoadPlainFile(plain)
@@ -103,7 +105,7 @@ func encryptGroups(t *testing.T, name string, plain []byte, groups ...gosops.Key
 }
 
 // encrypt encrypts plain for the given age recipients, in one key group.
-func encrypt(t *testing.T, name string, plain []byte, recipients ...string) []byte {
+func encrypt(t testing.TB, name string, plain []byte, recipients ...string) []byte {
 	t.Helper()
 	var g gosops.KeyGroup
 	for _, r := range recipients {
@@ -442,6 +444,17 @@ func TestBounds(t *testing.T) {
 		t.Errorf("many files: %s", msg)
 	}
 
+	// Too many master keys: each would cost a key agreement per identity.
+	var recipients []string
+	for range MaxMasterKeys + 1 {
+		recipients = append(recipients, newIdentity(t).recipient)
+	}
+	crowded := encrypt(t, "s.yaml", []byte("password: "+password+"\n"), recipients...)
+	_, err = Decrypt("s.yaml", crowded, id.keys)
+	if msg := assertClean(t, err, []identity{id}, password); !strings.Contains(msg, `"s.yaml": lists 65 master keys, more than 64`) {
+		t.Errorf("many master keys: %s", msg)
+	}
+
 	// Metadata cut off: the ENC values would otherwise be applied as they are.
 	cut := small[:bytes.Index(small, []byte("sops:"))]
 	_, _, err = DecryptFiles(map[string][]byte{"s.yaml": cut}, id.keys)
@@ -500,4 +513,48 @@ func TestParseKeys(t *testing.T) {
 			t.Errorf("error = %s, want %q", msg, c.want)
 		}
 	}
+}
+
+// sops's loggers write nowhere: a warning in its tree decryption quotes a
+// comment's text, which may be a secret.
+func TestSopsLogsSilenced(t *testing.T) {
+	if len(logging.Loggers) == 0 {
+		t.Fatal("no sops logger registered: the check proves nothing")
+	}
+	for name, l := range logging.Loggers {
+		if l.Out != io.Discard {
+			t.Errorf("sops logger %s writes to %v", name, l.Out)
+		}
+	}
+}
+
+// FuzzDecrypt: any file, in any format, is an error or a plaintext, never
+// a panic (the store parsers are recovered) nor a hang.
+func FuzzDecrypt(f *testing.F) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		f.Fatal(err)
+	}
+	ks, err := ParseKeyFile("fuzz", []byte(id.String()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for name, plain := range map[string]string{
+		"a.yaml": "password: " + password + "\n",
+		"a.json": `{"password": "` + password + `"}`,
+		"a.env":  "PASSWORD=" + password + "\n",
+		"a.ini":  "[s]\npassword = " + password + "\n",
+		"a.bin":  password,
+	} {
+		f.Add(name, encrypt(f, name, []byte(plain), id.Recipient().String()))
+	}
+	f.Add("a.yaml", []byte("sops: {mac: x, version: 3}\nx: ENC[AES256_GCM,data:,iv:,tag:,type:str]\n"))
+	f.Add("a.env", []byte("sops_mac=x\nsops_version=3\nA=ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]\n"))
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		out, _, err := DecryptFiles(map[string][]byte{name: data}, ks)
+		if err == nil && out[name] == nil && data != nil {
+			t.Fatal("no error and no file")
+		}
+		_ = IsEncrypted(name, data)
+	})
 }
