@@ -64,6 +64,13 @@ type plainStore interface {
 // Master keys that are not age keep the EncryptedKey they were given.
 func encryptGroups(t testing.TB, name string, plain []byte, groups ...gosops.KeyGroup) []byte {
 	t.Helper()
+	return encryptWith(t, name, plain, gosops.Metadata{UnencryptedSuffix: "_unencrypted"}, groups...)
+}
+
+// encryptWith is encryptGroups with the given encryption rules (suffixes,
+// regexes) in meta.
+func encryptWith(t testing.TB, name string, plain []byte, meta gosops.Metadata, groups ...gosops.KeyGroup) []byte {
+	t.Helper()
 	st := storeFor(FormatOf(name)).(plainStore)
 	branches, err := st.LoadPlainFile(plain)
 	if err != nil {
@@ -82,11 +89,9 @@ func encryptGroups(t testing.TB, name string, plain []byte, groups ...gosops.Key
 			}
 		}
 	}
-	tree := gosops.Tree{Branches: branches, Metadata: gosops.Metadata{
-		KeyGroups:         groups,
-		UnencryptedSuffix: "_unencrypted",
-		Version:           "3.13.3", // the sops release that wrote it
-	}}
+	meta.KeyGroups = groups
+	meta.Version = "3.13.3" // the sops release that wrote it
+	tree := gosops.Tree{Branches: branches, Metadata: meta}
 	cipher := aes.NewCipher()
 	mac, err := tree.Encrypt(dataKey, cipher)
 	if err != nil {
@@ -238,6 +243,38 @@ func TestSecretManifest(t *testing.T) {
 	// they are among the values; the point is that the Secret's are.
 	if string(out["prod/kustomization.yaml"]) != "resources: [db-secret.yaml]\n" {
 		t.Errorf("plain file changed: %q", out["prod/kustomization.yaml"])
+	}
+}
+
+// The way Flux's guide encrypts Secrets (encrypted_regex:
+// ^(data|stringData)$): the rest stays plain, the MAC still covers it, and
+// only the encrypted values go to the redactor.
+func TestSecretManifestEncryptedRegex(t *testing.T) {
+	id := newIdentity(t)
+	mk, err := sopsage.MasterKeyFromRecipient(id.recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := encryptWith(t, "s.yaml", []byte(secretManifest), gosops.Metadata{EncryptedRegex: "^(data|stringData)$"}, gosops.KeyGroup{mk})
+	if !bytes.Contains(enc, []byte("name: db")) || bytes.Contains(enc, []byte(apiToken)) {
+		t.Fatalf("encrypted_regex did not encrypt only data and stringData:\n%s", enc)
+	}
+	out, vals, err := DecryptFiles(map[string][]byte{"s.yaml": enc}, id.keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out["s.yaml"], []byte("token: "+apiToken)) {
+		t.Errorf("not decrypted:\n%s", out["s.yaml"])
+	}
+	want := []string{"aHVudGVyMi1jb3JyZWN0LWhvcnNl", password, apiToken}
+	slices.Sort(want)
+	if !slices.Equal(vals, want) {
+		t.Errorf("values for the redactor = %q, want %q", vals, want)
+	}
+	// A hostile edit of a plain field (the namespace) breaks the MAC.
+	_, err = Decrypt("s.yaml", bytes.Replace(enc, []byte("namespace: prod"), []byte("namespace: kube-system"), 1), id.keys)
+	if msg := assertClean(t, err, []identity{id}, password, apiToken); !strings.Contains(msg, "MAC mismatch") {
+		t.Errorf("edited namespace: %s", msg)
 	}
 }
 
