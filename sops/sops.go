@@ -1,52 +1,37 @@
 // Package sops decrypts files encrypted with SOPS (YAML, JSON, dotenv, INI
 // and binary, told apart by extension as sops and Flux do) with age
-// identities, through the sops Go module, so that a source's encrypted
-// Secrets reach the transform decrypted (issue 28).
+// identities, so that a source's encrypted Secrets reach the transform
+// decrypted (issue 28).
+//
+// It reads the sops file format itself (decryption only): the sops Go
+// module links every key source it knows (the AWS, GCP, Azure and Vault
+// SDKs: +43 MB of binary, +24-31 MB of RSS in every process) and its
+// audit package reads /etc/sops/audit.yaml at init. Only Shamir's secret
+// sharing (several key groups) comes from the module, from its
+// standard-library-only shamir package. The tests encrypt with the sops
+// module itself, so every run checks this reader against sops.
 //
 // Only age is used: a file whose key groups need AWS/GCP/Azure/Huawei KMS,
 // Vault or OpenPGP to open is refused, naming the provider. The keys are
 // handed in explicitly (Keys); nothing reads SOPS_AGE_KEY_FILE,
-// ~/.config/sops, a gpg agent, a key service or the network. sops's own
-// loggers are silenced (they print a comment's text on a warning).
+// ~/.config/sops, a gpg agent, a key service or the network.
 //
 // Decrypted values are Secret values: DecryptFiles returns them for the
 // redactor (engine/redact), and no error of this package quotes a value, a
 // line of a file or key material. Errors name the file and its key groups
 // by their public recipients.
-//
-// The sops module links the cloud KMS SDKs whether or not they are used
-// (its stores and key service import every key source), and its audit
-// package reads /etc/sops/audit.yaml when the program starts. So the
-// engine core must not import this package (it reaches net/http): the
-// commands and the operator wire it in, as they wire the Helm fetcher.
 package sops
 
 import (
 	"bytes"
-	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-
-	"filippo.io/age"
-	"filippo.io/age/armor"
-	gosops "github.com/getsops/sops/v3"
-	"github.com/getsops/sops/v3/aes"
-	"github.com/getsops/sops/v3/config"
-	"github.com/getsops/sops/v3/keyservice"
-	"github.com/getsops/sops/v3/logging"
-	"github.com/getsops/sops/v3/stores/dotenv"
-	"github.com/getsops/sops/v3/stores/ini"
-	sopsjson "github.com/getsops/sops/v3/stores/json"
-	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
-	"google.golang.org/grpc"
 )
 
 // Limits on what one call decrypts.
@@ -61,14 +46,6 @@ const (
 	// given, so a file listing thousands would make decryption slow.
 	MaxMasterKeys = 64
 )
-
-func init() {
-	// sops logs through logrus to stderr; a warning in Tree.Decrypt quotes
-	// a comment that does not decrypt. Nothing of it may reach our logs.
-	for _, l := range logging.Loggers {
-		l.SetOutput(io.Discard)
-	}
-}
 
 // Format is how sops reads a file, chosen by its extension.
 type Format string
@@ -99,26 +76,6 @@ func FormatOf(name string) Format {
 	return Binary
 }
 
-// store is the part of a sops store this package uses.
-type store interface {
-	LoadEncryptedFile(in []byte) (gosops.Tree, error)
-	EmitPlainFile(in gosops.TreeBranches) ([]byte, error)
-}
-
-func storeFor(f Format) store {
-	switch f {
-	case YAML:
-		return sopsyaml.NewStore(&config.YAMLStoreConfig{})
-	case JSON:
-		return sopsjson.NewStore(&config.JSONStoreConfig{})
-	case Dotenv:
-		return dotenv.NewStore(&config.DotenvStoreConfig{})
-	case INI:
-		return ini.NewStore(&config.INIStoreConfig{})
-	}
-	return sopsjson.NewBinaryStore(&config.JSONBinaryStoreConfig{})
-}
-
 // encMarker starts every value sops encrypts (AES-256-GCM, the only
 // cipher it writes).
 var encMarker = []byte("ENC[AES256_GCM,data:")
@@ -130,29 +87,35 @@ func mayHold(data []byte) bool {
 	return bytes.Contains(data, []byte("sops")) && bytes.Contains(data, []byte("mac"))
 }
 
-// load parses data as an encrypted sops file of its format. ok is false
-// when it has no sops metadata (or is not of its format at all).
-func load(name string, data []byte) (gosops.Tree, store, bool) {
-	if !mayHold(data) {
-		return gosops.Tree{}, nil, false
-	}
-	st := storeFor(FormatOf(name))
-	tree, err := loadTree(st, data)
-	if err != nil {
-		return gosops.Tree{}, nil, false
-	}
-	return tree, st, tree.Metadata.Version != "" || tree.Metadata.MessageAuthenticationCode != ""
+// loaded is a parsed sops file: its documents and metadata.
+type loaded struct {
+	docs []branch
+	meta metadata
 }
 
-// loadTree runs a store's parser, which may panic on input it did not
-// expect: a hostile file is an error, not a crash.
-func loadTree(st store, data []byte) (tree gosops.Tree, err error) {
+// load parses data as an encrypted sops file of its format. ok is false
+// when it has no sops metadata (or is not of its format at all).
+func load(name string, data []byte) (loaded, bool) {
+	if !mayHold(data) {
+		return loaded{}, false
+	}
+	l, err := loadTree(FormatOf(name), data)
+	if err != nil {
+		return loaded{}, false
+	}
+	return l, l.meta.version != "" || l.meta.mac != ""
+}
+
+// loadTree runs a format's parser, recovering a panic of the parsing
+// libraries: a hostile file is an error, not a crash.
+func loadTree(f Format, data []byte) (l loaded, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.New("sops parser failed")
 		}
 	}()
-	return st.LoadEncryptedFile(data)
+	docs, md, err := loadFile(f, data)
+	return loaded{docs: docs, meta: md}, err
 }
 
 // IsEncrypted tells whether data (the content of the file at path) is a
@@ -162,7 +125,7 @@ func IsEncrypted(path string, data []byte) bool {
 	if len(data) > MaxFileSize {
 		return false
 	}
-	_, _, ok := load(path, data)
+	_, ok := load(path, data)
 	return ok
 }
 
@@ -199,7 +162,7 @@ func DecryptFiles(files map[string][]byte, keys Keys) (out map[string][]byte, va
 			out[name] = data
 			continue
 		}
-		tree, st, ok := load(name, data)
+		tree, ok := load(name, data)
 		if !ok {
 			if bytes.Contains(data, encMarker) {
 				// Values encrypted by sops without metadata that parses: a
@@ -213,7 +176,7 @@ func DecryptFiles(files map[string][]byte, keys Keys) (out map[string][]byte, va
 		if n++; n > MaxFiles {
 			return nil, nil, fmt.Errorf("sops: more than %d encrypted files", MaxFiles)
 		}
-		plain, vals, err := decryptLoaded(name, tree, st, keys)
+		plain, vals, err := decryptLoaded(name, tree, keys)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -235,24 +198,24 @@ func decrypt(name string, data []byte, keys Keys) ([]byte, []string, error) {
 	if len(data) > MaxFileSize {
 		return nil, nil, fmt.Errorf("sops: file %q: larger than %d bytes", name, MaxFileSize)
 	}
-	tree, st, ok := load(name, data)
+	tree, ok := load(name, data)
 	if !ok {
 		return nil, nil, fmt.Errorf("sops: file %q: not a sops-encrypted %s file", name, FormatOf(name))
 	}
-	return decryptLoaded(name, tree, st, keys)
+	return decryptLoaded(name, tree, keys)
 }
 
-// decryptLoaded decrypts a loaded tree: the data key through the age key
-// service, the values, then the MAC check.
-func decryptLoaded(name string, tree gosops.Tree, st store, keys Keys) ([]byte, []string, error) {
+// decryptLoaded decrypts a loaded file: the data key with the age
+// identities, the values, then the MAC check.
+func decryptLoaded(name string, l loaded, keys Keys) ([]byte, []string, error) {
 	nkeys := 0
-	for _, g := range tree.Metadata.KeyGroups {
+	for _, g := range l.meta.groups {
 		nkeys += len(g)
 	}
 	if nkeys > MaxMasterKeys {
 		return nil, nil, fmt.Errorf("sops: file %q: lists %d master keys, more than %d", name, nkeys, MaxMasterKeys)
 	}
-	groups := describeGroups(tree.Metadata.KeyGroups)
+	groups := describeGroups(l.meta.groups)
 	if !slices.ContainsFunc(groups, func(g group) bool { return len(g.age) > 0 }) {
 		return nil, nil, fmt.Errorf("sops: file %q: encrypted for %s only: only age keys are supported",
 			name, strings.Join(otherProviders(groups), ", "))
@@ -260,54 +223,47 @@ func decryptLoaded(name string, tree gosops.Tree, st store, keys Keys) ([]byte, 
 	if keys.Len() == 0 {
 		return nil, nil, fmt.Errorf("sops: file %q: no age key given (the file needs one of %s)", name, describe(groups))
 	}
-	svc := ageService{keys: keys}
-	dataKey, err := tree.Metadata.GetDataKeyWithKeyServices([]keyservice.KeyServiceClient{svc}, nil)
+	dataKey, err := l.meta.dataKey(keys)
 	if err != nil {
-		// sops's error lists every key's attempt; ours says the same in
-		// fewer words and quotes nothing of the file.
 		return nil, nil, fmt.Errorf("sops: file %q: no age key given opens %s (keys given: %s)",
 			name, describe(groups), strings.Join(keys.recipients, ", "))
 	}
-
-	encrypted := encryptedLeaves(tree.Branches)
-	cipher := aes.NewCipher()
-	mac, err := decryptTree(tree, dataKey, cipher)
+	mac, values, err := decryptDocs(l, dataKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sops: file %q (%s): a value does not decrypt with the data key: the file was changed after it was encrypted", name, describe(groups))
 	}
-	want, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
-	if err != nil || tree.Metadata.MessageAuthenticationCode == "" {
+	want, err := decryptValue(l.meta.mac, dataKey, l.meta.lastModified.Format(time.RFC3339))
+	if err != nil || l.meta.mac == "" {
 		return nil, nil, fmt.Errorf("sops: file %q (%s): its MAC does not decrypt: the file was changed after it was encrypted", name, describe(groups))
 	}
 	if w, _ := want.(string); w != mac {
 		return nil, nil, fmt.Errorf("sops: file %q (%s): MAC mismatch: the file was changed after it was encrypted", name, describe(groups))
 	}
-	values := decryptedValues(tree.Branches, encrypted)
-	plain, err := emit(st, tree.Branches)
+	plain, err := emit(FormatOf(name), l.docs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sops: file %q: writing the plaintext %s failed", name, FormatOf(name))
 	}
 	return plain, values, nil
 }
 
-// decryptTree runs sops's tree decryption, which may panic on a tree it
-// did not expect.
-func decryptTree(tree gosops.Tree, key []byte, cipher gosops.Cipher) (mac string, err error) {
+// decryptDocs decrypts the documents in place, recovering a panic: a
+// tree no test foresaw is an error, not a crash.
+func decryptDocs(l loaded, key []byte) (mac string, values []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.New("sops tree decryption failed")
 		}
 	}()
-	return tree.Decrypt(key, cipher)
+	return decryptBranches(l.docs, l.meta, key)
 }
 
-func emit(st store, b gosops.TreeBranches) (out []byte, err error) {
+func emit(f Format, docs []branch) (out []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.New("sops emitter failed")
 		}
 	}()
-	return st.EmitPlainFile(b)
+	return emitFile(f, docs)
 }
 
 // group is a key group as errors name it: its age recipients and the
@@ -317,13 +273,13 @@ type group struct {
 	others []string // provider identifiers: kms, pgp, gcp_kms, azure_kv, hc_vault, hckms
 }
 
-func describeGroups(kgs []gosops.KeyGroup) []group {
+func describeGroups(kgs [][]masterKey) []group {
 	out := make([]group, 0, len(kgs))
 	for _, kg := range kgs {
 		var g group
 		for _, k := range kg {
-			if t := k.TypeToIdentifier(); t == "age" {
-				g.age = append(g.age, k.ToString())
+			if t := k.provider; t == "age" {
+				g.age = append(g.age, k.recipient)
 			} else if !slices.Contains(g.others, t) {
 				g.others = append(g.others, t)
 			}
@@ -363,111 +319,4 @@ func describe(gs []group) string {
 		parts = append(parts, s+")")
 	}
 	return strings.Join(parts, ", ")
-}
-
-// encryptedLeaves marks, in walk order, the leaves of an encrypted tree
-// that hold a sops-encrypted value.
-func encryptedLeaves(b gosops.TreeBranches) []bool {
-	var marks []bool
-	for _, br := range b {
-		walk(br, nil, func(v any, _ []string) {
-			var s string
-			switch v := v.(type) {
-			case string:
-				s = v
-			case gosops.Comment:
-				s = v.Value
-			}
-			marks = append(marks, strings.HasPrefix(s, string(encMarker)))
-		})
-	}
-	return marks
-}
-
-// decryptedValues returns the values, after decryption, of the leaves
-// marked encrypted, with the base64 decoding of a top-level "data" map's
-// values (a Secret's data).
-func decryptedValues(b gosops.TreeBranches, marks []bool) []string {
-	var out []string
-	i := 0
-	for _, br := range b {
-		walk(br, nil, func(v any, p []string) {
-			if i >= len(marks) || !marks[i] {
-				i++
-				return
-			}
-			i++
-			var s string
-			switch v := v.(type) {
-			case string:
-				s = v
-			case []byte:
-				s = string(v)
-			case gosops.Comment:
-				s = v.Value
-			case nil:
-				return
-			default:
-				s = fmt.Sprint(v)
-			}
-			out = append(out, s)
-			if len(p) == 2 && p[0] == "data" {
-				if d, err := base64.StdEncoding.DecodeString(s); err == nil {
-					out = append(out, string(d))
-				}
-			}
-		})
-	}
-	return out
-}
-
-// walk calls leaf for every leaf of a sops tree branch, comments included,
-// in a fixed order, with the path of map keys (list indexes are not in it).
-func walk(v any, p []string, leaf func(v any, p []string)) {
-	switch v := v.(type) {
-	case gosops.TreeBranch:
-		for _, it := range v {
-			if c, ok := it.Key.(gosops.Comment); ok {
-				leaf(c, p)
-				continue
-			}
-			k, _ := it.Key.(string)
-			walk(it.Value, append(slices.Clip(p), k), leaf)
-		}
-	case []any:
-		for _, e := range v {
-			walk(e, p, leaf)
-		}
-	default:
-		leaf(v, p)
-	}
-}
-
-// ageService is the only key service sops is given: it opens age-wrapped
-// data keys with the identities handed in, and refuses every other
-// provider, so that sops never reaches a KMS, Vault, a gpg agent or the
-// environment.
-type ageService struct {
-	keys Keys
-}
-
-func (s ageService) Decrypt(_ context.Context, req *keyservice.DecryptRequest, _ ...grpc.CallOption) (*keyservice.DecryptResponse, error) {
-	k := req.GetKey()
-	if k.GetAgeKey() == nil {
-		return nil, errors.New("only age keys are supported")
-	}
-	r, err := age.Decrypt(armor.NewReader(io.LimitReader(bytes.NewReader(req.GetCiphertext()), 64<<10)), s.keys.ids...)
-	if err != nil {
-		return nil, errors.New("no age key given opens the data key")
-	}
-	// A sops data key is 32 bytes; read a little more to tell a bad one.
-	b, err := io.ReadAll(io.LimitReader(r, 1024))
-	if err != nil {
-		return nil, errors.New("the age-wrapped data key is corrupt")
-	}
-	return &keyservice.DecryptResponse{Plaintext: b}, nil
-}
-
-func (ageService) Encrypt(context.Context, *keyservice.EncryptRequest, ...grpc.CallOption) (*keyservice.EncryptResponse, error) {
-	return nil, errors.New("this key service only decrypts")
 }
