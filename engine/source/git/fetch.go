@@ -246,16 +246,21 @@ func (f *Fetcher) run(ctx context.Context, j *job) (*engine.Snapshot, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer func() { <-cr.lock }()
-		snap, err := f.sync(ctx, cr, j)
-		if errors.Is(err, plumbing.ErrObjectNotFound) && ctx.Err() == nil {
-			// A fetch cut short can leave objects without those they
-			// refer to; start again from an empty cache.
-			if err = f.discard(cr, j.remote.key); err == nil {
-				snap, err = f.sync(ctx, cr, j)
+		// The lock is let go of before the result is delivered, so that a
+		// caller that has its snapshot finds the repository free (Keep, the
+		// eviction, the next fetch).
+		done <- func() result {
+			defer func() { <-cr.lock }()
+			snap, err := f.sync(ctx, cr, j)
+			if errors.Is(err, plumbing.ErrObjectNotFound) && ctx.Err() == nil {
+				// A fetch cut short can leave objects without those they
+				// refer to; start again from an empty cache.
+				if err = f.discard(cr, j.remote.key); err == nil {
+					snap, err = f.sync(ctx, cr, j)
+				}
 			}
-		}
-		done <- result{snap, err}
+			return result{snap, err}
+		}()
 	}()
 	select {
 	case res := <-done:
