@@ -40,7 +40,7 @@ const (
 var (
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrNotFound     = errors.New("not found")
-	ErrLimit        = errors.New("over the limit")
+	ErrLimit        = errors.New("limit exceeded")
 	ErrRefused      = errors.New("refused")
 )
 
@@ -278,7 +278,7 @@ func (c *Client) resolve(ctx context.Context, p *remote.Puller, repo name.Reposi
 	}
 	d, err := p.Head(ctx, repo.Tag(tag))
 	if err != nil {
-		return Resolved{}, fmt.Errorf("tag %q: %w", tag, registryError(err))
+		return Resolved{}, fmt.Errorf("tag %q: %w", tag, RegistryError(err))
 	}
 	return Resolved{Tag: tag, Digest: d.Digest.String(), Revision: tag + "@" + d.Digest.String()}, nil
 }
@@ -328,13 +328,13 @@ const maxTags = 100000
 func listTags(ctx context.Context, p *remote.Puller, repo name.Repository) ([]string, error) {
 	l, err := p.Lister(ctx, repo)
 	if err != nil {
-		return nil, fmt.Errorf("tag listing: %w", registryError(err))
+		return nil, fmt.Errorf("tag listing: %w", RegistryError(err))
 	}
 	var tags []string
 	for l.HasNext() {
 		page, err := l.Next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("tag listing: %w", registryError(err))
+			return nil, fmt.Errorf("tag listing: %w", RegistryError(err))
 		}
 		tags = append(tags, page.Tags...)
 		if len(tags) > maxTags {
@@ -378,7 +378,7 @@ func (c *Client) Fetch(ctx context.Context, src Source, last string) (*Artifact,
 func (c *Client) read(ctx context.Context, p *remote.Puller, repo name.Repository, r Resolved, sel *LayerSelector) (*Artifact, error) {
 	d, err := p.Get(ctx, repo.Digest(r.Digest)) // checks the digest
 	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", registryError(err))
+		return nil, fmt.Errorf("manifest: %w", RegistryError(err))
 	}
 	if int64(len(d.Manifest)) > c.limits.MaxManifestBytes {
 		return nil, fmt.Errorf("%w: manifest of %d bytes", ErrLimit, len(d.Manifest))
@@ -442,16 +442,16 @@ func (c *Client) layer(ctx context.Context, p *remote.Puller, repo name.Reposito
 	}
 	rl, err := p.Layer(ctx, repo.Digest(l.Digest.String()))
 	if err != nil {
-		return nil, fmt.Errorf("layer %s: %w", l.Digest, registryError(err))
+		return nil, fmt.Errorf("layer %s: %w", l.Digest, RegistryError(err))
 	}
 	rc, err := rl.Compressed()
 	if err != nil {
-		return nil, fmt.Errorf("layer %s: %w", l.Digest, registryError(err))
+		return nil, fmt.Errorf("layer %s: %w", l.Digest, RegistryError(err))
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, l.Size+1))
 	if err != nil {
-		return nil, fmt.Errorf("layer %s: %w", l.Digest, registryError(err))
+		return nil, fmt.Errorf("layer %s: %w", l.Digest, RegistryError(err))
 	}
 	if int64(len(b)) > l.Size {
 		return nil, fmt.Errorf("%w: layer %s is larger than the %d bytes its descriptor declares", ErrRefused, l.Digest, l.Size)
@@ -478,9 +478,10 @@ func sourceError(url string, err error) error {
 	return fmt.Errorf("oci %q: %w", url, err)
 }
 
-// registryError words a registry's error by its status alone: the
-// diagnostics a registry sends are its own text, not shown.
-func registryError(err error) error {
+// RegistryError words a registry's error by its status alone: the
+// diagnostics a registry sends are its own text, not shown. An error that
+// is not a registry's answer is returned as it is.
+func RegistryError(err error) error {
 	var te *transport.Error
 	if !errors.As(err, &te) {
 		return err
@@ -492,6 +493,12 @@ func registryError(err error) error {
 		return fmt.Errorf("%w: the registry answered %d %s", ErrNotFound, te.StatusCode, http.StatusText(te.StatusCode))
 	}
 	return fmt.Errorf("the registry answered %d %s", te.StatusCode, http.StatusText(te.StatusCode))
+}
+
+// LimitBodies bounds every body a registry sends through rt to max bytes:
+// a longer one ends in an ErrLimit error once max is read.
+func LimitBodies(rt http.RoundTripper, max int64) http.RoundTripper {
+	return capTransport{rt: rt, max: max}
 }
 
 // capTransport bounds every body a registry sends to max bytes.

@@ -68,7 +68,7 @@ func Push(ctx context.Context, d *Dir, dst string, opts PushOptions) (string, er
 		return "", sourceError(dst, fmt.Errorf("%w: a layer of %d bytes, more than %d", ErrLimit, size, l.MaxLayerBytes))
 	}
 	if err := remote.Write(repo.Tag(tag), img, append(remoteOptions(newTransport(), l, creds), remote.WithContext(ctx))...); err != nil {
-		return "", sourceError(dst, registryError(err))
+		return "", sourceError(dst, RegistryError(err))
 	}
 	digest, err := img.Digest()
 	if err != nil {

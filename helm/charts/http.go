@@ -12,14 +12,17 @@ import (
 	"net/http"
 	"syscall"
 	"time"
+
+	"github.com/manifestsync/manifestsync/oci"
 )
 
 // Reasons a fetch fails; test for them with errors.Is.
 var (
-	ErrUnauthorized = errors.New("unauthorized")
-	ErrNotFound     = errors.New("not found")
+	// The same as oci's: a chart from a registry fails as an artifact does.
+	ErrUnauthorized = oci.ErrUnauthorized
+	ErrNotFound     = oci.ErrNotFound
 	ErrUnreachable  = errors.New("host unreachable")
-	ErrLimit        = errors.New("limit exceeded")
+	ErrLimit        = oci.ErrLimit
 	ErrTimeout      = errors.New("timed out")
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/manifestsync/manifestsync/oci"
 )
 
 // ociState is what the Fetcher keeps of registries: a puller per registry
@@ -45,7 +46,7 @@ func (f *Fetcher) puller(client *http.Client, user, password, key string) (*remo
 	}
 	p, err := remote.NewPuller(
 		remote.WithAuth(a),
-		remote.WithTransport(limited{client.Transport, max(f.opts.MaxChartBytes, f.opts.MaxIndexBytes)}),
+		remote.WithTransport(oci.LimitBodies(client.Transport, max(f.opts.MaxChartBytes, f.opts.MaxIndexBytes))),
 		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 		remote.WithUserAgent("manifestsync"),
 	)
@@ -218,48 +219,5 @@ func ociError(err error) error {
 	if !errors.As(err, &te) {
 		return classify(err)
 	}
-	switch te.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("%w: the registry answered %d %s", ErrUnauthorized, te.StatusCode, http.StatusText(te.StatusCode))
-	case http.StatusNotFound:
-		return fmt.Errorf("%w: the registry answered %d %s", ErrNotFound, te.StatusCode, http.StatusText(te.StatusCode))
-	}
-	return fmt.Errorf("the registry answered %d %s", te.StatusCode, http.StatusText(te.StatusCode))
-}
-
-// limited bounds every body a registry sends to max bytes: a longer one
-// ends in an error once max is read.
-type limited struct {
-	rt  http.RoundTripper
-	max int64
-}
-
-func (l limited) RoundTrip(req *http.Request) (*http.Response, error) {
-	res, err := l.rt.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	res.Body = &capped{ReadCloser: res.Body, left: l.max}
-	return res, nil
-}
-
-type capped struct {
-	io.ReadCloser
-	left int64
-}
-
-func (c *capped) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		var one [1]byte
-		if n, err := c.ReadCloser.Read(one[:]); n == 0 {
-			return 0, err // the end, or the body's own error
-		}
-		return 0, fmt.Errorf("%w: a registry response is larger than the limit", ErrLimit)
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.ReadCloser.Read(p)
-	c.left -= int64(n)
-	return n, err
+	return oci.RegistryError(err)
 }
