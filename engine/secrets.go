@@ -10,7 +10,8 @@ import (
 
 // SnapshotRedactor knows the Secret values of the snapshots: Secrets read
 // by object and object set sources, the values of the Secrets a source's
-// refs read (decoded, and as written), and Secrets in the sources' manifest
+// refs read (decoded, and as written), the values decrypted from SOPS
+// files (as they are, and base64), and Secrets in the sources' manifest
 // files, including those of sources that contribute only through a
 // kustomize build (scripts can still read their files).
 func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
@@ -24,6 +25,9 @@ func SnapshotRedactor(snaps map[string]*Snapshot) *redact.Redactor {
 		}
 		for _, o := range s.Objects {
 			red.AddObject(o)
+		}
+		for _, v := range s.Decrypted {
+			red.Add(v, base64.StdEncoding.EncodeToString([]byte(v)))
 		}
 		for key, data := range s.Refs {
 			if strings.HasPrefix(key, "Secret/") {

@@ -41,6 +41,11 @@ type Snapshot struct {
 	// files: part of the source's digest, and a Secret's values are
 	// redacted wherever they would show.
 	Refs map[string]map[string]string
+	// Decrypted are the values decrypted from the snapshot's SOPS files
+	// (spec.decryption): Secret values, masked wherever they would show.
+	// Files then hold the decrypted content; Revision stays that of the
+	// files as read, encrypted.
+	Decrypted []string
 	// Time is when the revision was made (a Git commit's time); scripts
 	// see it as time.now(). Zero when unknown.
 	Time time.Time
@@ -110,7 +115,7 @@ func (s *Snapshot) Sub(dir string) (*Snapshot, error) {
 	if dir == "." || dir == "" {
 		return s, nil
 	}
-	sub := &Snapshot{Revision: s.Revision, Time: s.Time, Files: map[string][]byte{}}
+	sub := &Snapshot{Revision: s.Revision, Time: s.Time, Files: map[string][]byte{}, Decrypted: s.Decrypted}
 	if s.Origin != "" {
 		sub.Origin = path.Join(s.Origin, dir)
 	}

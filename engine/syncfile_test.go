@@ -61,7 +61,7 @@ spec:
   policy: {resources: Steal}
 `,
 		want: []string{
-			"f.yaml:6: spec.sources[0]: exactly one of git, object, objects, kustomize and helm must be set",
+			"f.yaml:6: spec.sources[0]: exactly one of git, oci, http, object, objects, kustomize and helm must be set",
 			`f.yaml:7: spec.sources[1].name: duplicate source name "a"`,
 			`f.yaml:10: spec.transform.starlark.source: no source named "b"`,
 			"f.yaml:12: spec.targets[0]: namespace and namespaceSelector are exclusive",

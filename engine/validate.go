@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -44,6 +45,22 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 			if s.Git.URL == "" {
 				add(f+".git.url", "must be set")
 			}
+			if v := s.Git.Verify; v != nil {
+				if !slices.Contains([]string{"", "HEAD", "Tag", "TagAndHEAD"}, v.Mode) {
+					add(f+".git.verify.mode", "%q must be HEAD, Tag or TagAndHEAD", v.Mode)
+				}
+				if v.SecretRef.Name == "" {
+					add(f+".git.verify.secretRef.name", "must be set")
+				}
+			}
+		}
+		if o := s.OCI; o != nil {
+			n++
+			validateOCI(add, f+".oci", o)
+		}
+		if h := s.HTTP; h != nil {
+			n++
+			validateHTTP(add, f+".http", h)
 		}
 		if s.Object != nil {
 			n++
@@ -66,7 +83,7 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 			validateHelm(add, f+".helm", h)
 		}
 		if n != 1 {
-			add(f, "exactly one of git, object, objects, kustomize and helm must be set")
+			add(f, "exactly one of git, oci, http, object, objects, kustomize and helm must be set")
 		}
 		if s.Cluster != nil && s.Object == nil && s.Objects == nil {
 			add(f, "cluster is set only with object or objects")
@@ -117,6 +134,14 @@ func Validate(spec *v1alpha1.ManifestSyncSpec) FieldErrors {
 			add(f, "exactly one of source and builtin must be set")
 		case s.Source != "" && sources[s.Source] == nil:
 			add(f+".source", "no source named %q", s.Source)
+		}
+	}
+	if d := spec.Decryption; d != nil {
+		if d.Provider != "sops" {
+			add("spec.decryption.provider", "%q must be sops", d.Provider)
+		}
+		if d.SecretRef.Name == "" {
+			add("spec.decryption.secretRef.name", "must be set")
 		}
 	}
 	if len(spec.Targets) == 0 {
@@ -193,6 +218,50 @@ func checkEnum(errs *FieldErrors, field, v string, allowed ...string) {
 
 // validateHelm checks the field rules of a helm source that the CRD
 // states in CEL.
+var (
+	ociURLRE  = regexp.MustCompile(`^oci://[^/]+/.+`)
+	ociTagRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	digestRE  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	httpURLRE = regexp.MustCompile(`^https?://.+`)
+)
+
+// validateOCI checks an oci source as its CRD does.
+func validateOCI(add func(field, format string, args ...any), f string, o *v1alpha1.OCISource) {
+	if !ociURLRE.MatchString(o.URL) {
+		add(f+".url", "%q must be oci://HOST/REPOSITORY", o.URL)
+	}
+	if o.Ref.Tag != "" && !ociTagRE.MatchString(o.Ref.Tag) {
+		add(f+".ref.tag", "%q is not a tag", o.Ref.Tag)
+	}
+	if o.Ref.Digest != "" && !digestRE.MatchString(o.Ref.Digest) {
+		add(f+".ref.digest", "%q must be sha256: and 64 hex digits", o.Ref.Digest)
+	}
+	if l := o.LayerSelector; l != nil && l.Operation != "" && l.Operation != "extract" && l.Operation != "copy" {
+		add(f+".layerSelector.operation", "%q must be extract or copy", l.Operation)
+	}
+	if v := o.Verify; v != nil {
+		if v.Provider != "cosign" {
+			add(f+".verify.provider", "%q must be cosign", v.Provider)
+		}
+		if v.SecretRef.Name == "" {
+			add(f+".verify.secretRef.name", "must be set")
+		}
+	}
+}
+
+// validateHTTP checks an http source as its CRD does.
+func validateHTTP(add func(field, format string, args ...any), f string, h *v1alpha1.HTTPSource) {
+	if !httpURLRE.MatchString(h.URL) {
+		add(f+".url", "%q must be an http(s) URL", h.URL)
+	}
+	switch {
+	case h.Digest != "" && !digestRE.MatchString(h.Digest):
+		add(f+".digest", "%q must be sha256: and 64 hex digits", h.Digest)
+	case h.Digest == "" && !h.Insecure:
+		add(f, "digest is required unless insecure is true")
+	}
+}
+
 func validateHelm(add func(field, format string, args ...any), f string, h *v1alpha1.HelmSource) {
 	switch {
 	case (h.Chart == "") == (h.Source == ""):

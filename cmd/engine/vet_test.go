@@ -236,7 +236,7 @@ func TestVetTextSnippets(t *testing.T) {
 	if code := run(args, &both, &both); code != exitFailed {
 		t.Fatalf("exit %d, want %d:\n%s", code, exitFailed, both.String())
 	}
-	want := `testdata/vet/crd/sync.yaml:6: crd/cel: spec.sources[0]: exactly one of git, object, objects, kustomize and helm must be set
+	want := `testdata/vet/crd/sync.yaml:6: crd/cel: spec.sources[0]: exactly one of git, oci, http, object, objects, kustomize and helm must be set
   --> testdata/vet/crd/sync.yaml:6
   |
 6 |   - name: app

@@ -33,6 +33,16 @@ type Resolver struct {
 	// Helm fetches the charts of helm sources, and the dependencies of a
 	// chart in another source; nil fails them with ErrHelmNotWired.
 	Helm HelmFetcher
+	// OCI fetches oci sources; nil fails them with ErrOCINotWired.
+	OCI OCIFetcher
+	// HTTP fetches http sources; nil fails them with ErrHTTPNotWired.
+	HTTP HTTPFetcher
+	// Decrypt, when set, is given the snapshot of every source with files
+	// (read by a provider or from a local copy, its revision and refs
+	// made) and returns the one the engine sees: spec.decryption's SOPS
+	// files decrypted, their values in Snapshot.Decrypted. It must not
+	// modify snap, which caches share. Its errors name the file.
+	Decrypt func(ctx context.Context, name string, snap *engine.Snapshot) (*engine.Snapshot, error)
 	// Objects gives the reader of an object or object set source. It is
 	// asked per source, so that a source may read another cluster than
 	// its neighbours. Nil fails those sources.
@@ -60,6 +70,47 @@ type HelmFetcher interface {
 	FetchHelm(ctx context.Context, name string, src v1alpha1.HelmSource, dir *engine.Snapshot) (*engine.Snapshot, error)
 }
 
+// OCIFetcher fetches an oci source (package oci's Provider): the
+// artifact's files under its path, at revision TAG@sha256:DIGEST, its
+// signature verified when the source asks. Its errors name the source.
+type OCIFetcher interface {
+	FetchOCI(ctx context.Context, name string, src v1alpha1.OCISource) (*engine.Snapshot, error)
+}
+
+// HTTPFetcher fetches an http source (package httpsrc's Provider): the
+// archive's files under its path. Its errors name the source.
+type HTTPFetcher interface {
+	FetchHTTP(ctx context.Context, name string, src v1alpha1.HTTPSource) (*engine.Snapshot, error)
+}
+
+// Secrets reads the data of a Secret of the ManifestSync's namespace that
+// a source names (secretRef, verify.secretRef): in the operator as the
+// ManifestSync's service account, uncached; in the CLI from a file beside
+// the sync file. Its errors name the Secret, never its data.
+type Secrets func(ctx context.Context, ref v1alpha1.LocalObjectReference) (map[string][]byte, error)
+
+// VerifyError is the failure of a source's verify: the commit, tag or
+// artifact read carries no signature by the keys of its Secret. The
+// operator reports it as reason SourceVerifyFailed; nothing is applied.
+type VerifyError struct {
+	// Source is the source's name.
+	Source string
+	// What names what was read: "commit 1a2b3c…", "tag v1.2 (1a2b…)",
+	// "artifact oci://host/repo@sha256:…".
+	What string
+	// Keys names the key set: "Secret NAMESPACE/NAME" (or the file the
+	// CLI read), never a key.
+	Keys string
+	// Err says why (unsigned, signed by another key, a bad signature).
+	Err error
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("source %q: %s: not verified with the keys of %s: %v", e.Source, e.What, e.Keys, e.Err)
+}
+
+func (e *VerifyError) Unwrap() error { return e.Err }
+
 // An ObjectReader reads objects of a cluster for object and object set
 // sources. The operator implements it over its caches, as the
 // ManifestSync's service account, within the allow-list; its errors name
@@ -77,6 +128,12 @@ var ErrGitNotWired = errors.New("git sources are not wired yet")
 
 // ErrHelmNotWired is the error of a helm source without a HelmFetcher.
 var ErrHelmNotWired = errors.New("helm sources are not wired")
+
+// ErrOCINotWired is the error of an oci source without an OCIFetcher.
+var ErrOCINotWired = errors.New("oci sources are not wired")
+
+// ErrHTTPNotWired is the error of an http source without an HTTPFetcher.
+var ErrHTTPNotWired = errors.New("http sources are not wired")
 
 // Error is the failure to read spec.sources[Index]. Its message names the
 // source.
@@ -134,6 +191,9 @@ func (r *Resolver) resolveInto(ctx context.Context, snaps map[string]*engine.Sna
 	if err == nil {
 		snap, err = r.readRefs(ctx, src, snap)
 	}
+	if err == nil && r.Decrypt != nil && snap != nil && snap.Files != nil {
+		snap, err = r.Decrypt(ctx, src.Name, snap)
+	}
 	if err != nil {
 		return &Error{Index: i, Name: src.Name, Err: err}
 	}
@@ -160,6 +220,10 @@ func (r *Resolver) resolve(ctx context.Context, src *v1alpha1.Source, snaps map[
 		kind = "objects"
 	case src.Git != nil:
 		kind = "git"
+	case src.OCI != nil:
+		kind = "oci"
+	case src.HTTP != nil:
+		kind = "http"
 	case src.Helm != nil:
 		kind = "helm"
 	default:
@@ -178,6 +242,16 @@ func (r *Resolver) read(ctx context.Context, src *v1alpha1.Source, snaps map[str
 	switch {
 	case src.Git != nil:
 		return r.fetchGit(ctx, src.Name, *src.Git)
+	case src.OCI != nil:
+		if r.OCI == nil {
+			return nil, fmt.Errorf("source %q: %w", src.Name, ErrOCINotWired)
+		}
+		return r.OCI.FetchOCI(ctx, src.Name, *src.OCI)
+	case src.HTTP != nil:
+		if r.HTTP == nil {
+			return nil, fmt.Errorf("source %q: %w", src.Name, ErrHTTPNotWired)
+		}
+		return r.HTTP.FetchHTTP(ctx, src.Name, *src.HTTP)
 	case src.Helm != nil:
 		return r.fetchHelm(ctx, src.Name, *src.Helm, snaps)
 	}
@@ -244,7 +318,7 @@ func chartDir(from *engine.Snapshot, h v1alpha1.HelmSource) (*engine.Snapshot, e
 	} else if from.Origin != "" {
 		origin = from.Origin
 	}
-	return &engine.Snapshot{Revision: from.Revision, Files: files, Time: from.Time, Origin: origin, Pending: from.Pending}, nil
+	return &engine.Snapshot{Revision: from.Revision, Files: files, Time: from.Time, Origin: origin, Pending: from.Pending, Decrypted: from.Decrypted}, nil
 }
 
 // readObjects reads an object or object set source through its reader.

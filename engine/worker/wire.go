@@ -91,6 +91,8 @@ type wireSnapshot struct {
 	Refs map[string]map[string]string `json:"refs,omitempty"`
 	// Root is the repository tree a git path is built in (Snapshot.Root).
 	Root map[string][]byte `json:"root,omitempty"`
+	// Decrypted are the values of decrypted files (Snapshot.Decrypted).
+	Decrypted []string `json:"decrypted,omitempty"`
 }
 
 type evalResponse struct {
@@ -171,7 +173,7 @@ func toWireSnapshot(s *engine.Snapshot) *wireSnapshot {
 	if s == nil {
 		return nil
 	}
-	w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Root: s.Root, Time: s.Time, Origin: s.Origin, Refs: s.Refs}
+	w := &wireSnapshot{Revision: s.Revision, Files: s.Files, Root: s.Root, Time: s.Time, Origin: s.Origin, Refs: s.Refs, Decrypted: s.Decrypted}
 	if s.Object != nil {
 		w.Object, _ = exact(s.Object).(map[string]any)
 	}
@@ -188,7 +190,7 @@ func fromWireSnapshot(w *wireSnapshot) *engine.Snapshot {
 	if w == nil {
 		return nil
 	}
-	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Root: w.Root, Time: w.Time, Origin: w.Origin, Refs: w.Refs}
+	s := &engine.Snapshot{Revision: w.Revision, Files: w.Files, Root: w.Root, Time: w.Time, Origin: w.Origin, Refs: w.Refs, Decrypted: w.Decrypted}
 	if w.Object != nil {
 		s.Object, _ = numbers(w.Object).(map[string]any)
 	}

@@ -161,7 +161,13 @@ type Reconciler struct {
 	Git GitProvider
 	// Helm makes the helm provider of each reconcile; nil fails helm
 	// sources.
-	Helm    HelmProvider
+	Helm HelmProvider
+	// OCI makes the oci provider of each reconcile; nil fails oci
+	// sources.
+	OCI OCIProvider
+	// HTTP makes the http provider of each reconcile; nil fails http
+	// sources.
+	HTTP    HTTPProvider
 	Options Options
 
 	managed  client.Reader // the metadata cache of owned objects

@@ -159,6 +159,12 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 	if r.Helm != nil {
 		res.Helm = r.Helm(r.helmCredentials(ms))
 	}
+	if r.OCI != nil {
+		res.OCI = r.OCI(r.secrets(ms))
+	}
+	if r.HTTP != nil {
+		res.HTTP = r.HTTP(r.secrets(ms))
+	}
 	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
 	r.wakeAfterFetch(ms, snaps, err)
 	return snaps, err
@@ -175,6 +181,21 @@ func (r *Reconciler) gitCredentials(ms *v1alpha1.ManifestSync) git.Credentials {
 			return nil, err
 		}
 		return git.FromSecretData(data), nil
+	}
+}
+
+// OCIProvider makes the oci provider of one reconcile; secrets reads the
+// Secrets its sources name (secretRef, verify.secretRef) as the
+// ManifestSync's service account.
+type OCIProvider func(secrets source.Secrets) source.OCIFetcher
+
+// HTTPProvider makes the http provider of one reconcile, as OCIProvider.
+type HTTPProvider func(secrets source.Secrets) source.HTTPFetcher
+
+// secrets is secretData for ms, as the providers take it.
+func (r *Reconciler) secrets(ms *v1alpha1.ManifestSync) source.Secrets {
+	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (map[string][]byte, error) {
+		return r.secretData(ctx, ms, ref)
 	}
 }
 

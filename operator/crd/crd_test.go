@@ -110,7 +110,7 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) {
 				source(obj, 0)["object"] = map[string]any{"apiVersion": "v1", "kind": "Secret", "name": "x"}
 			},
-			want: []string{"spec.sources[0] crd/cel exactly one of git, object, objects, kustomize and helm must be set"},
+			want: []string{"spec.sources[0] crd/cel exactly one of git, oci, http, object, objects, kustomize and helm must be set"},
 		},
 		{
 			name: "object set",
@@ -165,6 +165,44 @@ func TestValidate(t *testing.T) {
 			want: []string{"spec.sources[0].objects crd/cel the whole-namespace form (no kind, no kinds) reads one namespace: set namespace, not namespaceSelector"},
 		},
 		{
+			name: "oci, http and decryption",
+			edit: func(obj map[string]any) {
+				delete(source(obj, 0), "git")
+				source(obj, 0)["oci"] = map[string]any{"url": "oci://127.0.0.1:5000/app", "ref": map[string]any{"semver": ">=1.0", "semverFilter": ".*"},
+					"layerSelector": map[string]any{"mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip", "operation": "copy"},
+					"verify":        map[string]any{"provider": "cosign", "secretRef": map[string]any{"name": "cosign-pub"}}}
+				spec(obj)["sources"] = append(spec(obj)["sources"].([]any), map[string]any{"name": "archive",
+					"http": map[string]any{"url": "https://example.com/a.tgz", "digest": "sha256:" + strings.Repeat("ab", 32)}})
+				spec(obj)["decryption"] = map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}}
+			},
+		},
+		{
+			name: "oci, http and decryption rules",
+			edit: func(obj map[string]any) {
+				source(obj, 0)["git"].(map[string]any)["verify"] = map[string]any{"mode": "Commit", "secretRef": map[string]any{"name": "keys"}}
+				spec(obj)["sources"] = append(spec(obj)["sources"].([]any),
+					map[string]any{"name": "artifact", "oci": map[string]any{"url": "https://registry/app", "ref": map[string]any{"digest": "sha256:12"}}})
+				spec(obj)["decryption"] = map[string]any{"provider": "vault"}
+			},
+			want: []string{
+				`spec.sources[0].git.verify.mode crd/schema Unsupported value: "Commit"`,
+				`spec.sources[2].oci.url crd/schema Invalid value: "https://registry/app"`,
+				`spec.sources[2].oci.ref.digest crd/schema Invalid value: "sha256:12"`,
+				`spec.decryption.provider crd/schema Unsupported value: "vault"`,
+				"spec.decryption.secretRef crd/schema Required value",
+				" crd/cel some validation rules were not checked",
+			},
+		},
+		{
+			name: "http without a digest",
+			edit: func(obj map[string]any) {
+				spec(obj)["sources"] = append(spec(obj)["sources"].([]any),
+					map[string]any{"name": "archive", "http": map[string]any{"url": "https://example.com/a.tgz"}},
+					map[string]any{"name": "plain", "http": map[string]any{"url": "http://example.com/a.tgz", "insecure": true}})
+			},
+			want: []string{"spec.sources[2].http crd/cel digest is required unless insecure is true"},
+		},
+		{
 			name: "unknown fields",
 			edit: func(obj map[string]any) {
 				target(obj, 0)["replica"] = 3
@@ -196,7 +234,7 @@ func TestValidate(t *testing.T) {
 			edit: func(obj map[string]any) { source(obj, 1)["name"] = "app"; delete(source(obj, 1), "kustomize") },
 			want: []string{
 				`spec.sources[1] crd/list-type Duplicate value: {"name":"app"}`,
-				"spec.sources[1] crd/cel exactly one of git, object, objects, kustomize and helm",
+				"spec.sources[1] crd/cel exactly one of git, oci, http, object, objects, kustomize and helm",
 			},
 		},
 		{

@@ -122,6 +122,27 @@ type ManifestSyncSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	DependsOn []DependencyReference `json:"dependsOn,omitempty"`
+
+	// Decryption decrypts the SOPS-encrypted files of every source before
+	// the transform sees them.
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
+}
+
+// Decryption says how the files of the sources are decrypted, as Flux's
+// Kustomization spec.decryption: files SOPS encrypted (YAML, JSON,
+// dotenv, INI, binary) are decrypted with the age identities of the
+// Secret secretRef names (its keys ending in .agekey), read as the
+// ManifestSync's service account. A file that fails to decrypt fails its
+// source and nothing is applied. Decrypted values are Secret values:
+// masked wherever a message would show them.
+type Decryption struct {
+	// Provider is sops.
+	// +kubebuilder:validation:Enum=sops
+	Provider string `json:"provider"`
+	// SecretRef names a Secret of the ManifestSync's namespace whose
+	// *.agekey entries hold age identities (AGE-SECRET-KEY-1...).
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // HealthCheck judges the health of one kind by CEL expressions over the
@@ -153,11 +174,11 @@ type DependencyReference struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// Source is one named input. Exactly one of git, object, objects,
-// kustomize and helm is set; cluster, beside object or objects, reads them
-// from a remote cluster.
+// Source is one named input. Exactly one of git, oci, http, object,
+// objects, kustomize and helm is set; cluster, beside object or objects,
+// reads them from a remote cluster.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.object), has(self.objects), has(self.kustomize), has(self.helm)].filter(x, x).size() == 1",message="exactly one of git, object, objects, kustomize and helm must be set"
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.oci), has(self.http), has(self.object), has(self.objects), has(self.kustomize), has(self.helm)].filter(x, x).size() == 1",message="exactly one of git, oci, http, object, objects, kustomize and helm must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.cluster) || has(self.object) || has(self.objects)",message="cluster is set only with object or objects"
 type Source struct {
 	// Name is how the transform, schemas and other sources refer to it.
@@ -167,6 +188,10 @@ type Source struct {
 
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
+	// +optional
+	HTTP *HTTPSource `json:"http,omitempty"`
 	// +optional
 	Object *ObjectSource `json:"object,omitempty"`
 	// +optional
@@ -196,6 +221,134 @@ type GitSource struct {
 	// username/password, bearer token, or ssh identity and known_hosts.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Verify, when set, requires the commit (or tag) read to carry a
+	// signature by one of the keys of its Secret; an unsigned or
+	// otherwise signed one fails the source with SourceVerifyFailed and
+	// nothing is applied.
+	// +optional
+	Verify *GitVerification `json:"verify,omitempty"`
+	// Build says how a path holding a kustomization.yaml is read, and
+	// substitutes variables as Flux's post-build does.
+	Build `json:",inline"`
+}
+
+// GitVerification is Flux's GitRepository spec.verify: which signatures
+// are required, and the Secret of the keys that may make them.
+type GitVerification struct {
+	// Mode is HEAD (the commit read must be signed), Tag (the tag read,
+	// an annotated tag, must be signed) or TagAndHEAD (both).
+	// +optional
+	// +kubebuilder:validation:Enum=HEAD;Tag;TagAndHEAD
+	// +kubebuilder:default=HEAD
+	Mode string `json:"mode,omitempty"`
+	// SecretRef names a Secret of the ManifestSync's namespace whose
+	// entries are public keys: ASCII-armored OpenPGP keys, or SSH public
+	// keys in authorized_keys form (one or more per entry).
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
+// OCISource is an artifact of an OCI registry, as Flux's OCIRepository
+// reads it: what `engine push` or `flux push artifact` published (Flux's
+// config and content media types), or any artifact whose selected layer
+// is a tar+gzip. The revision is TAG@sha256:DIGEST.
+type OCISource struct {
+	// URL is oci://HOST/REPOSITORY.
+	// +kubebuilder:validation:Pattern=`^oci://[^/]+/.+`
+	URL string `json:"url"`
+	// Ref selects the artifact; the default is the tag latest.
+	// +optional
+	Ref OCIRef `json:"ref,omitempty"`
+	// Path restricts the snapshot to this subtree of the artifact.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret of the ManifestSync's namespace with a
+	// .dockerconfigjson (kubernetes.io/dockerconfigjson).
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Insecure reads over plain http.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+	// LayerSelector picks the layer read; the default is the first layer,
+	// extracted.
+	// +optional
+	LayerSelector *OCILayerSelector `json:"layerSelector,omitempty"`
+	// Verify, when set, requires a signature of the artifact's digest by
+	// one of the keys of its Secret; an unsigned or otherwise signed
+	// artifact fails the source with SourceVerifyFailed and nothing is
+	// applied.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty"`
+	// Build says how a path holding a kustomization.yaml is read, and
+	// substitutes variables as Flux's post-build does.
+	Build `json:",inline"`
+}
+
+// OCIRef selects an artifact. When several fields are set the most
+// specific wins: digest, then semver, then tag.
+type OCIRef struct {
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`
+	Tag string `json:"tag,omitempty"`
+	// SemVer is a range over the repository's tags, such as ">=1.2 <2";
+	// the highest matching version is read.
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+	// SemVerFilter is a regular expression the tags semver considers
+	// must match (Flux's semverFilter), such as ".*-rc.*".
+	// +optional
+	SemVerFilter string `json:"semverFilter,omitempty"`
+	// Digest is sha256:HEX of the artifact's manifest.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest,omitempty"`
+}
+
+// OCILayerSelector picks the first layer of MediaType (any first layer
+// when empty) and extracts it (a tar+gzip) or copies it as one file.
+type OCILayerSelector struct {
+	// +optional
+	MediaType string `json:"mediaType,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Enum=extract;copy
+	Operation string `json:"operation,omitempty"`
+}
+
+// OCIVerification is Flux's OCIRepository spec.verify with keys: cosign
+// signatures checked against the public keys of a Secret.
+type OCIVerification struct {
+	// Provider is cosign.
+	// +kubebuilder:validation:Enum=cosign
+	Provider string `json:"provider"`
+	// SecretRef names a Secret of the ManifestSync's namespace whose
+	// *.pub entries are cosign public keys (PEM).
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
+// HTTPSource is an archive (tar+gzip or zip) downloaded over http(s), as
+// go-getter's archive case: pinned by its digest, read again only when
+// the server says it changed (ETag, Last-Modified).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.digest) || (has(self.insecure) && self.insecure)",message="digest is required unless insecure is true"
+type HTTPSource struct {
+	// URL is an https URL (http with insecure, or on loopback).
+	// +kubebuilder:validation:Pattern=`^https?://.+`
+	URL string `json:"url"`
+	// Digest is sha256:HEX of the archive; a download of other content
+	// fails the source.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Digest string `json:"digest,omitempty"`
+	// Path restricts the snapshot to this subtree of the archive.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// SecretRef names a Secret of the ManifestSync's namespace with
+	// username and password, or a bearer token, sent only to the URL's
+	// own scheme, host and port; ca.crt, when present, is the CA bundle.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Insecure allows plain http, and no digest.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
 	// Build says how a path holding a kustomization.yaml is read, and
 	// substitutes variables as Flux's post-build does.
 	Build `json:",inline"`
@@ -652,6 +805,9 @@ const (
 	// argocd.argoproj.io/hook) of a target failed or did not finish in
 	// time; the phases after it were not applied and the SyncFail hooks ran.
 	ReasonHookFailed = "HookFailed"
+	// ReasonSourceVerifyFailed: a source's verify found no signature by
+	// its keys on the commit, tag or artifact read; nothing was applied.
+	ReasonSourceVerifyFailed = "SourceVerifyFailed"
 
 	// ConditionHealthy is True when every applied object is Current.
 	ConditionHealthy = "Healthy"
