@@ -79,7 +79,7 @@ demo: ## Start a local control plane, run the operator on the examples, show the
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(BIN)/demo-run
 
 .PHONY: bench
-bench: $(CUE) $(STARLARK) ## Run the benchmarks (W1-W11 against their baselines on a local control plane; writes bench/REPORT.md and bench/fanout.svg), then the Go benchmarks.
+bench: $(CUE) $(STARLARK) ## Run the benchmarks (W1-W12 against their baselines on a local control plane; writes bench/REPORT.md and bench/fanout.svg), then the Go benchmarks.
 	hack/test-deps.sh
 	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) run ./bench/run -cue $(CUE) -starlark $(STARLARK) -rounds 3
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./engine ./engine/worker ./lang/...

@@ -28,6 +28,7 @@ import (
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/bench/w3"
 	"github.com/manifestsync/manifestsync/bench/w4"
+	"github.com/manifestsync/manifestsync/bench/w6"
 	"github.com/manifestsync/manifestsync/bench/w7"
 )
 
@@ -53,8 +54,10 @@ func main() {
 		report   = flag.String("report", "bench/REPORT.md", "where to write the report")
 		chart    = flag.String("chart", "bench/fanout.svg", "where to write the fan-out chart")
 		keepLogs = flag.String("logs", "", "directory for the operator's log (default: a temporary one)")
+		base     = flag.String("base", defaultBase, "the commit W12 builds its baseline bin/engine from ('' skips W12)")
 	)
 	flag.Parse()
+	w6.BaseRev = *base
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *only, *rounds, *cueBin, *starBin, *schemas, *report, *chart, *keepLogs); err != nil {
@@ -65,7 +68,11 @@ func main() {
 
 // allWorkloads are the workloads of a whole run; a run of some of them
 // keeps the rows of the others from the report it rewrites.
-const allWorkloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10,W11"
+const allWorkloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10,W11,W12"
+
+// defaultBase is W12's baseline: the last commit before issue 28 linked
+// the oci, http, cosign and SOPS providers into bin/engine.
+const defaultBase = "2521af9"
 
 func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas, reportFile, chartFile, logs string) error {
 	want := map[string]bool{}
