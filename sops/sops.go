@@ -221,12 +221,12 @@ func decryptLoaded(name string, l loaded, keys Keys) ([]byte, []string, error) {
 			name, strings.Join(otherProviders(groups), ", "))
 	}
 	if keys.Len() == 0 {
-		return nil, nil, fmt.Errorf("sops: file %q: no age key given (the file needs one of %s)", name, describe(groups))
+		return nil, nil, &noKeyError{fmt.Sprintf("sops: file %q: no age key given (the file needs one of %s)", name, describe(groups))}
 	}
 	dataKey, err := l.meta.dataKey(keys)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sops: file %q: no age key given opens %s (keys given: %s)",
-			name, describe(groups), strings.Join(keys.recipients, ", "))
+		return nil, nil, &noKeyError{fmt.Sprintf("sops: file %q: no age key given opens %s (keys given: %s)",
+			name, describe(groups), strings.Join(keys.recipients, ", "))}
 	}
 	mac, values, err := decryptDocs(l, dataKey)
 	if err != nil {
@@ -265,6 +265,18 @@ func emit(f Format, docs []branch) (out []byte, err error) {
 	}()
 	return emitFile(f, docs)
 }
+
+// ErrNoKey is what the error of a file that none of the keys given opens
+// (or none given at all) is (errors.Is): the file is not for these keys.
+// A file one of them opens but that then fails (a changed value, a MAC
+// mismatch) is another error.
+var ErrNoKey = errors.New("no age key given opens the file")
+
+// noKeyError is an ErrNoKey naming the file and its key groups.
+type noKeyError struct{ msg string }
+
+func (e *noKeyError) Error() string        { return e.msg }
+func (e *noKeyError) Is(target error) bool { return target == ErrNoKey }
 
 // group is a key group as errors name it: its age recipients and the
 // other providers it lists.

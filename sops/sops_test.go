@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -332,6 +333,11 @@ func TestDecryptFailures(t *testing.T) {
 			}
 			if !strings.Contains(msg, c.want) {
 				t.Errorf("error = %s\nwant it to say %q", msg, c.want)
+			}
+			// Only a file no key given opens is ErrNoKey: one a key opens
+			// but that was changed is not.
+			if noKey := c.what == "wrong key" || c.what == "no key"; errors.Is(err, ErrNoKey) != noKey {
+				t.Errorf("errors.Is(err, ErrNoKey) = %v, want %v", !noKey, noKey)
 			}
 			// Through DecryptFiles: nothing is returned with the error.
 			out, vals, err := DecryptFiles(map[string][]byte{name: c.data, "plain.yaml": []byte("a: b\n")}, c.keys)

@@ -24,9 +24,10 @@ import (
 )
 
 // GitProvider makes the git provider of one reconcile from the
-// credentials of its ManifestSync (see gitCredentials). `engine operator`
-// runs the Provider of a GitCache.
-type GitProvider func(creds git.Credentials) source.GitFetcher
+// credentials of its ManifestSync (see gitCredentials) and the public
+// keys of its sources' verify (read as its service account, as
+// credentials are). `engine operator` runs the Provider of a GitCache.
+type GitProvider func(creds git.Credentials, keys git.Keyring) source.GitFetcher
 
 // NewGitProvider fetches with go-git through one shared git.Fetcher, which
 // caches repositories under cacheDir, or in memory when it is empty, and
@@ -63,8 +64,8 @@ func NewGitCache(opts git.Options) *GitCache {
 }
 
 // Provider is the GitProvider of the cache.
-func (c *GitCache) Provider(creds git.Credentials) source.GitFetcher {
-	return git.Provider{Fetcher: c.Fetcher, Credentials: creds}
+func (c *GitCache) Provider(creds git.Credentials, keys git.Keyring) source.GitFetcher {
+	return git.Provider{Fetcher: c.Fetcher, Credentials: creds, Keys: keys}
 }
 
 // Sweeper returns the runnable that, every period, drops from the cache
@@ -151,10 +152,16 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 			if kind == "helm" && r.Helm != nil {
 				helmFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, helmFetchResult(err)).Inc()
 			}
+			if kind == "oci" && r.OCI != nil {
+				ociFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, ociFetchResult(err)).Inc()
+			}
+			if kind == "http" && r.HTTP != nil {
+				httpFetchesTotal.WithLabelValues(ms.Namespace, ms.Name, src.Name, ociFetchResult(err)).Inc()
+			}
 		},
 	}
 	if r.Git != nil {
-		res.Git = r.Git(r.gitCredentials(ms))
+		res.Git = r.Git(r.gitCredentials(ms), git.SecretKeys(ms.Namespace, r.secrets(ms)))
 	}
 	if r.Helm != nil {
 		res.Helm = r.Helm(r.helmCredentials(ms))
@@ -165,6 +172,11 @@ func (r *Reconciler) fetchSources(ctx context.Context, ms *v1alpha1.ManifestSync
 	if r.HTTP != nil {
 		res.HTTP = r.HTTP(r.secrets(ms))
 	}
+	dec, err := r.decrypter(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	res.Decrypt = dec
 	snaps, err := res.Resolve(ctx, ms.Spec.Sources)
 	r.wakeAfterFetch(ms, snaps, err)
 	return snaps, err
