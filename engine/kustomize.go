@@ -47,8 +47,9 @@ func buildKustomizeSource(s *v1alpha1.Source, base, refs *Snapshot) (*Snapshot, 
 	return snap, nil
 }
 
-// sourceObjects returns the input objects of a git or kustomize source s
-// whose snapshot is snap. A git source is read as Flux reads a path,
+// sourceObjects returns the input objects of a git, oci, http or
+// kustomize source s whose snapshot is snap. A git, oci or http source is
+// read as Flux reads a path,
 // unless its kustomize is false (then it is its YAML and JSON files):
 // when the path holds a kustomization (kustomization.yaml,
 // kustomization.yml or Kustomization, as kustomize looks for them), the
@@ -59,7 +60,7 @@ func buildKustomizeSource(s *v1alpha1.Source, base, refs *Snapshot) (*Snapshot, 
 // objects are substituted when s asks for it (see substitute).
 func (e *evaluation) sourceObjects(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 	var objs []Input
-	if k := buildOf(s).Kustomize; s.Git != nil && (k == nil || *k) {
+	if _, built := buildPath(s); built && (buildOf(s).Kustomize == nil || *buildOf(s).Kustomize) { // kustomize: false reads the files as they are
 		var err error
 		if objs, err = buildGitPath(s, snap); err != nil {
 			return nil, err
@@ -77,8 +78,8 @@ func (e *evaluation) sourceObjects(s *v1alpha1.Source, snap *Snapshot) ([]Input,
 	return objs, substitute(s.Name, objs, vars, e.opts.Limits.WithDefaults().MaxBytes)
 }
 
-// buildGitPath reads the objects of git source s as Flux reads its path
-// (see sourceObjects).
+// buildGitPath reads the objects of git, oci or http source s as Flux
+// reads its path (see sourceObjects).
 func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 	dirs := kustomizationDirs(snap)
 	var plain []string
@@ -93,11 +94,15 @@ func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 	}
 	for _, dir := range dirs {
 		built, err := buildGitDir(s, snap, dir)
-		if errors.Is(err, kustomize.ErrLeavesTree) && s.Git.Path != "" && snap.Root == nil {
-			return nil, fmt.Errorf("source %q: %w (this copy holds only the path %s: give the repository's checkout at that path, --source %s=CHECKOUT/%s, to build it in the whole repository)", s.Name, err, s.Git.Path, s.Name, path.Clean(s.Git.Path))
+		p, _ := buildPath(s)
+		if errors.Is(err, kustomize.ErrLeavesTree) && p != "" && snap.Root == nil {
+			if s.Git == nil {
+				return nil, fmt.Errorf("source %q: %w (this copy holds only the path %s)", s.Name, err, p)
+			}
+			return nil, fmt.Errorf("source %q: %w (this copy holds only the path %s: give the repository's checkout at that path, --source %s=CHECKOUT/%s, to build it in the whole repository)", s.Name, err, p, s.Name, path.Clean(p))
 		}
 		if errors.Is(err, kustomize.ErrLeavesTree) && snap.Root != nil {
-			return nil, fmt.Errorf("source %q: %w (out of the repository)", s.Name, err)
+			return nil, fmt.Errorf("source %q: %w (out of the %s)", s.Name, err, treeName(s))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", s.Name, err)
@@ -111,15 +116,41 @@ func buildGitPath(s *v1alpha1.Source, snap *Snapshot) ([]Input, error) {
 	return objs, nil
 }
 
-// buildGitDir builds dir of the path of git source s: in the repository's
-// tree when snap carries it (Snapshot.Root), as Flux and Argo CD build a
-// path of a whole checkout, so that only what leaves the repository is
-// refused; else in the path's files.
+// buildGitDir builds dir of the path of git, oci or http source s: in the
+// whole repository, artifact or archive when snap carries it
+// (Snapshot.Root), as Flux and Argo CD build a path of a whole checkout,
+// so that only what leaves it is refused; else in the path's files.
 func buildGitDir(s *v1alpha1.Source, snap *Snapshot, dir string) (*Snapshot, error) {
 	if snap.Root == nil {
 		return KustomizeBuild(snap, dir)
 	}
-	return KustomizeBuild(&Snapshot{Revision: snap.Revision, Time: snap.Time, Files: snap.Root}, path.Join(s.Git.Path, dir))
+	p, _ := buildPath(s)
+	return KustomizeBuild(&Snapshot{Revision: snap.Revision, Time: snap.Time, Files: snap.Root}, path.Join(p, dir))
+}
+
+// buildPath is the path of a source whose files are built as Flux builds
+// a path (git, oci and http sources), and whether s is one.
+func buildPath(s *v1alpha1.Source) (string, bool) {
+	switch {
+	case s.Git != nil:
+		return s.Git.Path, true
+	case s.OCI != nil:
+		return s.OCI.Path, true
+	case s.HTTP != nil:
+		return s.HTTP.Path, true
+	}
+	return "", false
+}
+
+// treeName is what the whole tree of a built source is called.
+func treeName(s *v1alpha1.Source) string {
+	switch {
+	case s.OCI != nil:
+		return "artifact"
+	case s.HTTP != nil:
+		return "archive"
+	}
+	return "repository"
 }
 
 // kustomizationDirs are the directories of snap that Flux builds: its

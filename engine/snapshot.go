@@ -21,7 +21,8 @@ type Snapshot struct {
 	Files map[string][]byte
 	// Root is, for a git source whose path holds a kustomization (and
 	// whose kustomize is not false), the whole repository tree at the
-	// same commit, keyed from the repository root: kustomize builds the
+	// same commit, keyed from the repository root (for an oci or http
+	// source with a path, the whole artifact or archive): kustomize builds the
 	// path in it, as Flux and Argo CD build a path of a whole checkout,
 	// so an overlay may name ../../base. It is read within the source's
 	// limits and shared with Files and the git cache (never modified).

@@ -40,12 +40,16 @@ var varNamePattern = regexp.MustCompile(`^[_[:alpha:]][_[:alpha:][:digit:]]*$`)
 // keeps an object out of substitution.
 const substituteKey = "kustomize.toolkit.fluxcd.io/substitute"
 
-// buildOf is how the objects of s are made: a git source's build, or a
-// kustomize source's substitution.
+// buildOf is how the objects of s are made: a git, oci or http source's
+// build, or a kustomize source's substitution.
 func buildOf(s *v1alpha1.Source) v1alpha1.Build {
 	switch {
 	case s.Git != nil:
 		return s.Git.Build
+	case s.OCI != nil:
+		return s.OCI.Build
+	case s.HTTP != nil:
+		return s.HTTP.Build
 	case s.Kustomize != nil:
 		return v1alpha1.Build{Substitute: s.Kustomize.Substitute, SubstituteFrom: s.Kustomize.SubstituteFrom}
 	}

@@ -28,6 +28,8 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/httpsrc"
+	"github.com/manifestsync/manifestsync/oci"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/controller"
 	"github.com/manifestsync/manifestsync/operator/webhook"
@@ -310,7 +312,17 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := mgr.Add(helmCache.Sweeper(mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider, Helm: helmCache.Provider}
+	// The last artifact and archive of each oci and http source, 128 MiB
+	// each at most, for unchanged polls.
+	ociCache := controller.NewOCICache(oci.CacheOptions{})
+	if err := mgr.Add(controller.OCISweeper(ociCache, mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	httpCache := controller.NewHTTPCache(httpsrc.CacheOptions{})
+	if err := mgr.Add(controller.HTTPSweeper(httpCache, mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider, Helm: helmCache.Provider, OCI: ociCache.Provider, HTTP: httpCache.Provider}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

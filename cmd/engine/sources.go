@@ -15,6 +15,8 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/httpsrc"
+	"github.com/manifestsync/manifestsync/oci"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -27,7 +29,7 @@ import (
 // local copy has the revision local:PATH@DIGEST (PATH as given to
 // --source, or the copy's name beside the sync file), so that the inputs
 // show that it is not the revision the spec pins (see localSources).
-func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string) (map[string]*engine.Snapshot, error) {
+func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string, keys sopsKeyFile) (map[string]*engine.Snapshot, error) {
 	given, err := parseSourceFlags(overrides)
 	if err != nil {
 		return nil, err
@@ -37,7 +39,7 @@ func resolveSources(ctx context.Context, sf *engine.SyncFile, overrides []string
 			return nil, usageErr("--source %s=%s: %s has no source named %q", name, p, sf.Name, name)
 		}
 	}
-	return readSources(ctx, sf, given)
+	return readSources(ctx, sf, given, keys)
 }
 
 // parseSourceFlags reads --source NAME=DIR|FILE|URL[@REF] values into the
@@ -59,8 +61,8 @@ func parseSourceFlags(values []string) (map[string]string, error) {
 
 // readSources is resolveSources with the overrides parsed, by source name;
 // those of names the sync file does not have are not read.
-func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]string) (map[string]*engine.Snapshot, error) {
-	return readSourcesIn(ctx, source.WorkTree{}, sf, given)
+func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]string, keys sopsKeyFile) (map[string]*engine.Snapshot, error) {
+	return readSourcesIn(ctx, source.WorkTree{}, sf, given, keys)
 }
 
 // readSourcesIn is readSources with the local copies beside the sync file
@@ -70,10 +72,18 @@ func readSources(ctx context.Context, sf *engine.SyncFile, given map[string]stri
 // resolved as the operator resolves them (source.Resolver), but for the
 // cluster: an object or object set source needs a local copy. A failure
 // is a *source.Error, inside an exitError of exitUsage when a local copy
-// or file is wrong, of exitFailed otherwise.
-func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, given map[string]string) (map[string]*engine.Snapshot, error) {
+// or file is wrong, of exitFailed otherwise. With spec.decryption, the
+// SOPS files are decrypted with the identities of keys (a usage error
+// when there is none).
+func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, given map[string]string, keys sopsKeyFile) (map[string]*engine.Snapshot, error) {
 	dir := filepath.Dir(sf.Name)
 	local, err := source.NewLocal(dir, t, given, sf.Sync.Spec.Sources)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: err}
+	}
+	// An oci source without a Secret file beside the sync file reads the
+	// registry with the user's docker config, as engine pull does.
+	dockerConfig, err := (&ociFlags{}).dockerConfig()
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: err}
 	}
@@ -81,10 +91,15 @@ func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, give
 		Namespace: sf.Sync.Namespace,
 		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir, git.FromSecretData)},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: secretFiles(dir, charts.FromSecretData)},
+		OCI:       ociCache().ProviderWith(secretData(dir), dockerConfig),
+		HTTP:      httpCache().Provider(secretData(dir)),
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			return nil, fmt.Errorf("no local copy: give --source %s=FILE, or put it at %s.yaml", src.Name, filepath.Join(dir, src.Name))
 		},
 		Local: local,
+	}
+	if res.Decrypt, err = keys.decrypter(sf); err != nil {
+		return nil, &exitError{code: exitUsage, err: err}
 	}
 	snaps, err := res.Resolve(ctx, sf.Sync.Spec.Sources)
 	if err != nil {
@@ -156,6 +171,30 @@ func secretFiles[A any](dir string, from func(map[string][]byte) *A) func(contex
 		return from(data), nil
 	}
 }
+
+// secretData gives oci and http sources the data of the Secrets they
+// name: the Secret manifest SECRET.yaml beside the sync file in dir, when
+// it exists (nil data, no credentials, otherwise).
+func secretData(dir string) source.Secrets {
+	return func(_ context.Context, ref v1alpha1.LocalObjectReference) (map[string][]byte, error) {
+		p := filepath.Join(dir, ref.Name+".yaml")
+		if _, err := os.Lstat(p); err != nil {
+			return nil, nil
+		}
+		data, err := readSecretData(dir, ref.Name+".yaml")
+		if err != nil {
+			return nil, &source.LocalError{Err: fmt.Errorf("secretRef %s: %w", p, err)}
+		}
+		return data, nil
+	}
+}
+
+// ociCache and httpCache are the process's oci and http caches: an
+// artifact or archive read twice in one command is downloaded once.
+var (
+	ociCache  = sync.OnceValue(func() *oci.Cache { return oci.NewCache(oci.CacheOptions{}) })
+	httpCache = sync.OnceValue(func() *httpsrc.Cache { return httpsrc.NewCache(httpsrc.CacheOptions{}) })
+)
 
 // gitFetcher is the process's one Fetcher, caching under the user cache
 // directory (or in memory when there is none).

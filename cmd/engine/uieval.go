@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,6 +99,8 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 		Namespace: ms.Namespace,
 		Git:       git.Provider{Fetcher: e.git, Credentials: inspect.GitCredentials(c, ms.Namespace)},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: inspect.HelmCredentials(c, ms.Namespace)},
+		OCI:       ociCache().Provider(uiSecrets(c, ms.Namespace)),
+		HTTP:      httpCache().Provider(uiSecrets(c, ms.Namespace)),
 		Objects: func(src *v1alpha1.Source) (source.ObjectReader, error) {
 			if src.Cluster != nil {
 				// The kubeconfig Secret is read as the user: one who may
@@ -170,4 +173,17 @@ func (b *boundedReader) List(ctx context.Context, list client.ObjectList, opts .
 		return fmt.Errorf("listing %s: more than %d objects: the diff view's bound", list.GetObjectKind().GroupVersionKind().Kind, uiMaxObjects)
 	}
 	return nil
+}
+
+// uiSecrets reads the Secrets oci and http sources name in namespace as
+// the UI's user (c impersonates them), as inspect.GitCredentials does:
+// one who may not read a Secret gets no diff through its credentials.
+func uiSecrets(c client.Reader, namespace string) source.Secrets {
+	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (map[string][]byte, error) {
+		var secret corev1.Secret
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
+			return nil, fmt.Errorf("secretRef %s/%s: %w", namespace, ref.Name, err)
+		}
+		return secret.Data, nil
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/helm/charts"
+	"github.com/manifestsync/manifestsync/oci"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -64,6 +65,14 @@ var (
 		Name: "manifestsync_git_fetches_total",
 		Help: "Reads of git sources, by result: success, pending (the fetch goes on in the background), or why they failed (auth, host_key, unreachable, repo_not_found, ref_not_found, path_not_found, limit, timeout, error).",
 	}, []string{"namespace", "name", "source", "result"})
+	ociFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_oci_fetches_total",
+		Help: "Reads of oci sources, by result: success (an unchanged artifact, one manifest HEAD, included), pending (the fetch goes on in the background), or why they failed (unauthorized, not_found, refused, limit, verify_failed, timeout, error).",
+	}, []string{"namespace", "name", "source", "result"})
+	httpFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manifestsync_http_fetches_total",
+		Help: "Reads of http sources, by result: success (an unchanged archive, answered 304, included), pending (the fetch goes on in the background), or why they failed (refused, limit, timeout, error).",
+	}, []string{"namespace", "name", "source", "result"})
 	helmFetchesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "manifestsync_helm_fetches_total",
 		Help: "Reads of helm sources (a chart, or the dependencies of a chart in another source), by result: success, pending (the fetch goes on in the background), or why they failed (unauthorized, not_found, unreachable, limit, timeout, error).",
@@ -90,11 +99,11 @@ type partialDeleter interface {
 var (
 	// syncMetrics have series per ManifestSync.
 	syncMetrics = []partialDeleter{syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal,
-		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, objectsHealth}
+		driftTotal, readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, ociFetchesTotal, httpFetchesTotal, objectsHealth}
 	// targetMetrics have series per target.
 	targetMetrics = []partialDeleter{syncDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal}
 	// sourceMetrics have series per source.
-	sourceMetrics = []partialDeleter{sourceDuration, gitFetchesTotal, helmFetchesTotal}
+	sourceMetrics = []partialDeleter{sourceDuration, gitFetchesTotal, helmFetchesTotal, ociFetchesTotal, httpFetchesTotal}
 )
 
 var registerMetrics sync.Once
@@ -104,7 +113,7 @@ var registerMetrics sync.Once
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
 		ctrlmetrics.Registry.MustRegister(syncDuration, evalDuration, objectsTotal, failuresTotal, writeWarsTotal, driftTotal,
-			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, objectsHealth, apiServerReachable, apiServerOutages)
+			readyGauge, suspendedGauge, sourceDuration, gitFetchesTotal, helmFetchesTotal, ociFetchesTotal, httpFetchesTotal, objectsHealth, apiServerReachable, apiServerOutages)
 	})
 }
 
@@ -220,6 +229,23 @@ func helmFetchResult(err error) string {
 		{charts.ErrUnreachable, "unreachable"},
 		{charts.ErrLimit, "limit"},
 		{charts.ErrTimeout, "timeout"},
+		{context.DeadlineExceeded, "timeout"},
+	})
+}
+
+// ociFetchResult is the result label of ociFetchesTotal and
+// httpFetchesTotal for a read of an oci or http source that ended with
+// err, "pending" as for git. (httpsrc's errors are oci's.)
+func ociFetchResult(err error) string {
+	if _, ok := errors.AsType[*source.VerifyError](err); ok {
+		return "verify_failed"
+	}
+	return resultOf(err, []reason{
+		{source.ErrPending, "pending"},
+		{oci.ErrUnauthorized, "unauthorized"},
+		{oci.ErrNotFound, "not_found"},
+		{oci.ErrRefused, "refused"},
+		{oci.ErrLimit, "limit"},
 		{context.DeadlineExceeded, "timeout"},
 	})
 }
