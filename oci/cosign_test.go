@@ -2,10 +2,6 @@ package oci_test
 
 import (
 	"bytes"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -14,90 +10,15 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/sigstore/sigstore/pkg/cryptoutils"
-	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/oci"
+	"github.com/manifestsync/manifestsync/oci/cosigntest"
 )
-
-// cosignKey is a key pair as `cosign generate-key-pair` makes it (ECDSA
-// P-256), its public half as cosign.pub holds it (PEM, PKIX).
-type cosignKey struct {
-	signer signature.SignerVerifier
-	pub    []byte
-}
-
-func newCosignKey(t testing.TB) cosignKey {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv, err := signature.LoadECDSASignerVerifier(priv, crypto.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := cryptoutils.MarshalPublicKeyToPEM(priv.Public())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cosignKey{signer: sv, pub: pub}
-}
-
-// cosignSignature is one layer of a signature manifest as `cosign sign
-// --key` writes it: the simple-signing payload that sigstore's
-// payload.Cosign marshals (the call cosign's sign makes) for the image
-// digest named, and its signature, base64, in the layer's annotation.
-type cosignSignature struct {
-	payload []byte
-	b64     string
-}
-
-func signDigest(t testing.TB, k cosignKey, ref name.Digest) cosignSignature {
-	t.Helper()
-	p, err := (&payload.Cosign{Image: ref}).MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := k.signer.SignMessage(bytes.NewReader(p))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cosignSignature{payload: p, b64: base64.StdEncoding.EncodeToString(sig)}
-}
-
-// writeSignatures writes sigs as cosign stores them for digest in repo:
-// an OCI image manifest (config application/vnd.oci.image.config.v1+json,
-// as cosign's empty signature image) tagged sha256-HEX.sig, one
-// simple-signing layer per signature, the signature in the layer's
-// annotation. This is cosign's layout (pkg/oci/static.NewSignature,
-// pkg/oci/mutate, pkg/oci/remote.WriteSignatures), written here with
-// go-containerregistry: linking cosign's module only for the tests would
-// move ten of the product's dependencies to newer versions.
-func writeSignatures(t testing.TB, repo name.Repository, digest string, sigs ...cosignSignature) {
-	t.Helper()
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	for _, s := range sigs {
-		var err error
-		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:       static.NewLayer(s.payload, oci.CosignSimpleSigningMediaType),
-			Annotations: map[string]string{oci.CosignSignatureAnnotation: s.b64},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := remote.Write(repo.Tag(oci.SignatureTag(digest)), img); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func keysOf(t testing.TB, data map[string][]byte) []oci.NamedVerifier {
 	t.Helper()
@@ -119,18 +40,18 @@ func TestCosignVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := oci.Source{URL: "oci://" + reg.Addr + "/app", Insecure: true}
-	alice, mallory := newCosignKey(t), newCosignKey(t)
-	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.pub, "README": []byte("not a key")})
+	alice, mallory := cosigntest.NewKey(t), cosigntest.NewKey(t)
+	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.Pub, "README": []byte("not a key")})
 	c := oci.New(oci.Limits{})
 
 	signed := pushFiles(t, reg.Addr, "signed", map[string][]byte{"a.yaml": []byte("a: 1\n")})
-	writeSignatures(t, repo, signed, signDigest(t, alice, repo.Digest(signed)))
+	cosigntest.Write(t, repo, signed, cosigntest.SignDigest(t, alice, repo.Digest(signed)))
 	t.Run("signed", func(t *testing.T) {
 		if err := c.VerifyCosign(ctx, src, signed, trusted); err != nil {
 			t.Fatalf("a signed artifact: %v", err)
 		}
 		// One key of several in the Secret is enough.
-		both := keysOf(t, map[string][]byte{"a.pub": mallory.pub, "b.pub": alice.pub})
+		both := keysOf(t, map[string][]byte{"a.pub": mallory.Pub, "b.pub": alice.Pub})
 		if err := c.VerifyCosign(ctx, src, signed, both); err != nil {
 			t.Fatalf("with the key second of two: %v", err)
 		}
@@ -146,7 +67,7 @@ func TestCosignVerify(t *testing.T) {
 	})
 
 	resigned := pushFiles(t, reg.Addr, "resigned", map[string][]byte{"a.yaml": []byte("a: 3\n")})
-	writeSignatures(t, repo, resigned, signDigest(t, mallory, repo.Digest(resigned)))
+	cosigntest.Write(t, repo, resigned, cosigntest.SignDigest(t, mallory, repo.Digest(resigned)))
 	t.Run("signed by another key", func(t *testing.T) {
 		err := c.VerifyCosign(ctx, src, resigned, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "not signed by any of the keys") {
@@ -155,7 +76,7 @@ func TestCosignVerify(t *testing.T) {
 		t.Log(err)
 		// The other key's own holder verifies it: the signature is good,
 		// only not by a trusted key.
-		if err := c.VerifyCosign(ctx, src, resigned, keysOf(t, map[string][]byte{"m.pub": mallory.pub})); err != nil {
+		if err := c.VerifyCosign(ctx, src, resigned, keysOf(t, map[string][]byte{"m.pub": mallory.Pub})); err != nil {
 			t.Fatalf("with the signer's key: %v", err)
 		}
 	})
@@ -163,7 +84,7 @@ func TestCosignVerify(t *testing.T) {
 	// alice's genuine signature of the signed artifact, copied under the
 	// signature tag of another: its payload names the first digest.
 	replayed := pushFiles(t, reg.Addr, "replayed", map[string][]byte{"a.yaml": []byte("evil: true\n")})
-	writeSignatures(t, repo, replayed, signDigest(t, alice, repo.Digest(signed)))
+	cosigntest.Write(t, repo, replayed, cosigntest.SignDigest(t, alice, repo.Digest(signed)))
 	t.Run("signature of another digest", func(t *testing.T) {
 		err := c.VerifyCosign(ctx, src, replayed, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "signed by cosign.pub, but for digest \""+signed+"\"") {
@@ -175,7 +96,7 @@ func TestCosignVerify(t *testing.T) {
 	// cosign sign appends: a manifest with mallory's signature first and
 	// alice's second verifies.
 	appended := pushFiles(t, reg.Addr, "appended", map[string][]byte{"a.yaml": []byte("a: 4\n")})
-	writeSignatures(t, repo, appended, signDigest(t, mallory, repo.Digest(appended)), signDigest(t, alice, repo.Digest(appended)))
+	cosigntest.Write(t, repo, appended, cosigntest.SignDigest(t, mallory, repo.Digest(appended)), cosigntest.SignDigest(t, alice, repo.Digest(appended)))
 	t.Run("second of two signatures", func(t *testing.T) {
 		if err := c.VerifyCosign(ctx, src, appended, trusted); err != nil {
 			t.Fatal(err)
@@ -186,11 +107,11 @@ func TestCosignVerify(t *testing.T) {
 	// even when a trusted key signed it.
 	other := pushFiles(t, reg.Addr, "othertype", map[string][]byte{"a.yaml": []byte("a: 5\n")})
 	p, _ := json.Marshal(payload.SimpleContainerImage{Critical: payload.Critical{Type: "atomic container signature", Image: payload.Image{DockerManifestDigest: other}}})
-	sig, err := alice.signer.SignMessage(bytes.NewReader(p))
+	sig, err := alice.Signer.SignMessage(bytes.NewReader(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeSignatures(t, repo, other, cosignSignature{payload: p, b64: base64.StdEncoding.EncodeToString(sig)})
+	cosigntest.Write(t, repo, other, cosigntest.Signature{Payload: p, B64: base64.StdEncoding.EncodeToString(sig)})
 	t.Run("payload of another type", func(t *testing.T) {
 		err := c.VerifyCosign(ctx, src, other, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "of type") {
@@ -211,18 +132,18 @@ func TestCosignHostileSignatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := oci.Source{URL: "oci://" + reg.Addr + "/app", Insecure: true}
-	alice := newCosignKey(t)
-	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.pub})
+	alice := cosigntest.NewKey(t)
+	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.Pub})
 	c := oci.New(oci.Limits{})
 
 	t.Run("many layers", func(t *testing.T) {
 		d := pushFiles(t, reg.Addr, "many", map[string][]byte{"a.yaml": []byte("a: 1\n")})
-		good := signDigest(t, alice, repo.Digest(d))
-		sigs := make([]cosignSignature, 300)
+		good := cosigntest.SignDigest(t, alice, repo.Digest(d))
+		sigs := make([]cosigntest.Signature, 300)
 		for i := range sigs {
 			sigs[i] = good // the same layer 300 times: the registry stores it once
 		}
-		writeSignatures(t, repo, d, sigs...)
+		cosigntest.Write(t, repo, d, sigs...)
 		mark := len(reg.Log(t))
 		err := c.VerifyCosign(ctx, src, d, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !errors.Is(err, oci.ErrLimit) || !strings.Contains(err.Error(), "300 signatures, more than 256") {
@@ -236,8 +157,8 @@ func TestCosignHostileSignatures(t *testing.T) {
 	t.Run("huge layer", func(t *testing.T) {
 		d := pushFiles(t, reg.Addr, "huge", map[string][]byte{"a.yaml": []byte("a: 2\n")})
 		big := make([]byte, 1<<20)
-		huge := cosignSignature{payload: big, b64: base64.StdEncoding.EncodeToString([]byte("x"))}
-		writeSignatures(t, repo, d, huge, signDigest(t, alice, repo.Digest(d)))
+		huge := cosigntest.Signature{Payload: big, B64: base64.StdEncoding.EncodeToString([]byte("x"))}
+		cosigntest.Write(t, repo, d, huge, cosigntest.SignDigest(t, alice, repo.Digest(d)))
 		mark := len(reg.Log(t))
 		// The trusted signature after it still verifies; the huge layer
 		// was not downloaded.
@@ -247,7 +168,7 @@ func TestCosignHostileSignatures(t *testing.T) {
 		if got := requests(t, reg, mark); got["GET blobs"] != 1 {
 			t.Fatalf("want only the good payload read, got %v", got)
 		}
-		writeSignatures(t, repo, d, huge)
+		cosigntest.Write(t, repo, d, huge)
 		err := c.VerifyCosign(ctx, src, d, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "not downloaded") {
 			t.Fatalf("got %v", err)
@@ -256,8 +177,8 @@ func TestCosignHostileSignatures(t *testing.T) {
 
 	t.Run("lying size", func(t *testing.T) {
 		d := pushFiles(t, reg.Addr, "liar", map[string][]byte{"a.yaml": []byte("a: 3\n")})
-		s := signDigest(t, alice, repo.Digest(d))
-		layer := static.NewLayer(s.payload, oci.CosignSimpleSigningMediaType)
+		s := cosigntest.SignDigest(t, alice, repo.Digest(d))
+		layer := static.NewLayer(s.Payload, oci.CosignSimpleSigningMediaType)
 		if err := remote.WriteLayer(repo, layer); err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +190,7 @@ func TestCosignHostileSignatures(t *testing.T) {
 		cd, _ := cfg.Digest()
 		m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1,
 			Config: v1.Descriptor{MediaType: types.OCIConfigJSON, Size: 2, Digest: cd},
-			Layers: []v1.Descriptor{{MediaType: oci.CosignSimpleSigningMediaType, Size: 10, Digest: ld, Annotations: map[string]string{oci.CosignSignatureAnnotation: s.b64}}}}
+			Layers: []v1.Descriptor{{MediaType: oci.CosignSimpleSigningMediaType, Size: 10, Digest: ld, Annotations: map[string]string{oci.CosignSignatureAnnotation: s.B64}}}}
 		raw, _ := json.Marshal(m)
 		if err := remote.Put(repo.Tag(oci.SignatureTag(d)), rawManifest{raw, types.OCIManifestSchema1}); err != nil {
 			t.Fatal(err)
@@ -282,9 +203,9 @@ func TestCosignHostileSignatures(t *testing.T) {
 
 	t.Run("not base64", func(t *testing.T) {
 		d := pushFiles(t, reg.Addr, "b64", map[string][]byte{"a.yaml": []byte("a: 4\n")})
-		s := signDigest(t, alice, repo.Digest(d))
-		s.b64 = "%%%"
-		writeSignatures(t, repo, d, s)
+		s := cosigntest.SignDigest(t, alice, repo.Digest(d))
+		s.B64 = "%%%"
+		cosigntest.Write(t, repo, d, s)
 		err := c.VerifyCosign(ctx, src, d, trusted)
 		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "not base64") {
 			t.Fatalf("got %v", err)
@@ -293,9 +214,9 @@ func TestCosignHostileSignatures(t *testing.T) {
 
 	t.Run("manifest over the limit", func(t *testing.T) {
 		d := pushFiles(t, reg.Addr, "bigmanifest", map[string][]byte{"a.yaml": []byte("a: 5\n")})
-		s := signDigest(t, alice, repo.Digest(d))
-		s.b64 = strings.Repeat("A", 8<<10)
-		writeSignatures(t, repo, d, s)
+		s := cosigntest.SignDigest(t, alice, repo.Digest(d))
+		s.B64 = strings.Repeat("A", 8<<10)
+		cosigntest.Write(t, repo, d, s)
 		err := oci.New(oci.Limits{MaxManifestBytes: 4 << 10}).VerifyCosign(ctx, src, d, trusted)
 		if !errors.Is(err, oci.ErrLimit) {
 			t.Fatalf("got %v", err)
@@ -307,15 +228,15 @@ func TestCosignHostileSignatures(t *testing.T) {
 // one that is not a PEM public key, is refused naming the entry and never
 // quoting it.
 func TestCosignKeys(t *testing.T) {
-	k := newCosignKey(t)
-	if keys, err := oci.CosignKeys(map[string][]byte{"cosign.pub": k.pub, "cosign.key": []byte("ENCRYPTED")}); err != nil || len(keys) != 1 || keys[0].Name != "cosign.pub" {
+	k := cosigntest.NewKey(t)
+	if keys, err := oci.CosignKeys(map[string][]byte{"cosign.pub": k.Pub, "cosign.key": []byte("ENCRYPTED")}); err != nil || len(keys) != 1 || keys[0].Name != "cosign.pub" {
 		t.Fatalf("got %v, %v", keys, err)
 	}
-	if _, err := oci.CosignKeys(map[string][]byte{"cosign.key": k.pub}); !errors.Is(err, oci.ErrKeys) || !strings.Contains(err.Error(), "no *.pub entry") {
+	if _, err := oci.CosignKeys(map[string][]byte{"cosign.key": k.Pub}); !errors.Is(err, oci.ErrKeys) || !strings.Contains(err.Error(), "no *.pub entry") {
 		t.Fatalf("got %v", err)
 	}
 	secret := "-----BEGIN PUBLIC KEY-----\nc2VjcmV0IHZhbHVlIDQyNDI=\n-----END PUBLIC KEY-----\n"
-	_, err := oci.CosignKeys(map[string][]byte{"a.pub": k.pub, "bad.pub": []byte(secret)})
+	_, err := oci.CosignKeys(map[string][]byte{"a.pub": k.Pub, "bad.pub": []byte(secret)})
 	if !errors.Is(err, oci.ErrKeys) || !strings.Contains(err.Error(), "bad.pub") || strings.Contains(err.Error(), "c2VjcmV0") {
 		t.Fatalf("got %v", err)
 	}
