@@ -479,8 +479,8 @@ type countingSources struct {
 }
 
 // provider is the git provider of a reconcile, counted.
-func (s *countingSources) provider(creds git.Credentials) source.GitFetcher {
-	return countedFetcher{s: s, inner: s.inner(creds)}
+func (s *countingSources) provider(creds git.Credentials, keys git.Keyring) source.GitFetcher {
+	return countedFetcher{s: s, inner: s.inner(creds, keys)}
 }
 
 type countedFetcher struct {

@@ -158,8 +158,8 @@ type testRepos struct {
 	fetch controller.GitProvider
 }
 
-func (r *testRepos) provider(creds git.Credentials) source.GitFetcher {
-	return testFetcher{repos: r, fetch: r.fetch(creds)}
+func (r *testRepos) provider(creds git.Credentials, keys git.Keyring) source.GitFetcher {
+	return testFetcher{repos: r, fetch: r.fetch(creds, keys)}
 }
 
 type testFetcher struct {

@@ -34,7 +34,7 @@ func TestGitProvider(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}
 	src := v1alpha1.GitSource{URL: url, Ref: v1alpha1.GitRef{Branch: "main"}, Path: "deploy"}
-	g := NewGitProvider(t.TempDir())(reconciler.gitCredentials(ms))
+	g := NewGitProvider(t.TempDir())(reconciler.gitCredentials(ms), nil)
 
 	snap, err := g.FetchGit(ctx, "config", src)
 	if err != nil {

@@ -88,7 +88,7 @@ var repos = fakeRepos{
 type fakeRepos map[string]*engine.Snapshot
 
 // provider stands in for NewGitProvider.
-func (f fakeRepos) provider(creds git.Credentials) source.GitFetcher {
+func (f fakeRepos) provider(creds git.Credentials, _ git.Keyring) source.GitFetcher {
 	return fakeFetcher{repos: f, creds: creds}
 }
 

@@ -444,7 +444,7 @@ func newEvaluator(t *testing.T) *evaluator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &evaluator{git: controller.NewGitProvider("")(nil), dc: dc}
+	return &evaluator{git: controller.NewGitProvider("")(nil, nil), dc: dc}
 }
 
 func (e *evaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync) (*engine.Result, error) {

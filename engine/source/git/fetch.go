@@ -80,6 +80,9 @@ type Fetcher struct {
 	flights *source.Flights // the fetches, and the last snapshot served of each source
 	clients map[[32]byte]*http.Client
 	objects *cache.ObjectLRU // of the repositories under CacheDir
+	// verdicts are the signatures checked (verify.go), nil for a good one.
+	verdicts      map[verdictKey]error
+	verifications int
 }
 
 // cachedRepo is the local copy of one remote.
@@ -115,13 +118,14 @@ type cachedSnap struct {
 // credentials it does not hold.
 type flightKey struct {
 	snapKey
-	auth string
+	auth   string
+	verify string // the mode and the digest of the keys of a verify
 }
 
 // String is the key of the fetch in Fetcher.flights: the URL first, so
 // that urlOf finds it.
 func (k flightKey) String() string {
-	return k.url + "\x00" + k.ref + "\x00" + k.path + "\x00" + strconv.FormatBool(k.whole) + "\x00" + k.auth
+	return k.url + "\x00" + k.ref + "\x00" + k.path + "\x00" + strconv.FormatBool(k.whole) + "\x00" + k.auth + "\x00" + k.verify
 }
 
 // urlOf is the URL of the fetch whose key is key.
@@ -152,22 +156,25 @@ func New(opts Options) *Fetcher {
 	opts.Limits = withDefaults(opts.Limits)
 	opts.Limits.MaxBytes = min(opts.Limits.MaxBytes, opts.MaxCacheBytes)
 	return &Fetcher{
-		opts:    opts,
-		repos:   map[string]*cachedRepo{},
-		snaps:   map[snapKey]*cachedSnap{},
-		flights: &source.Flights{Wait: opts.Wait, Timeout: opts.Timeout},
-		clients: map[[32]byte]*http.Client{},
-		objects: cache.NewObjectLRU(cache.FileSize(opts.MaxFileBytes)),
+		opts:     opts,
+		repos:    map[string]*cachedRepo{},
+		snaps:    map[snapKey]*cachedSnap{},
+		flights:  &source.Flights{Wait: opts.Wait, Timeout: opts.Timeout},
+		clients:  map[[32]byte]*http.Client{},
+		objects:  cache.NewObjectLRU(cache.FileSize(opts.MaxFileBytes)),
+		verdicts: map[verdictKey]error{},
 	}
 }
 
 // job is one Fetch, its inputs checked.
 type job struct {
+	name     string
 	remote   *remote
 	ref      v1alpha1.GitRef
 	dir      string
 	auth     transport.AuthMethod
 	caBundle []byte
+	verify   *verifyRequest
 	key      flightKey
 }
 
@@ -175,8 +182,22 @@ type job struct {
 // The snapshot's file contents are shared with the cache and must not be
 // modified.
 func (f *Fetcher) Fetch(ctx context.Context, name string, src v1alpha1.GitSource, auth *Auth) (*engine.Snapshot, error) {
-	snap, display, err := f.fetch(ctx, src, auth)
+	return f.FetchVerified(ctx, name, src, auth, nil)
+}
+
+// FetchVerified is Fetch for a source with verify: keys are those of its
+// verify.secretRef (ParseKeys), required when src.Verify is set. The
+// commit (and, in the modes Tag and TagAndHEAD, the annotated tag) read is
+// verified before its files are: a failure is a *source.VerifyError, and
+// no snapshot of the commit is returned. A verdict is kept per commit or
+// tag and keys, so an unchanged commit is verified once.
+func (f *Fetcher) FetchVerified(ctx context.Context, name string, src v1alpha1.GitSource, auth *Auth, keys *Keys) (*engine.Snapshot, error) {
+	snap, display, err := f.fetch(ctx, name, src, auth, keys)
 	if err != nil {
+		if ve, ok := errors.AsType[*source.VerifyError](err); ok {
+			// It names the source, and holds no credential.
+			return nil, ve
+		}
 		err = fmt.Errorf("source %q: git %s (%s): %w", name, display, source.DescribeRef(src.Ref), err)
 		return nil, redact(err, append(auth.secrets(), urlPassword(src.URL)))
 	}
@@ -192,7 +213,7 @@ func urlPassword(raw string) string {
 	return p
 }
 
-func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth) (*engine.Snapshot, string, error) {
+func (f *Fetcher) fetch(ctx context.Context, name string, src v1alpha1.GitSource, auth *Auth, keys *Keys) (*engine.Snapshot, string, error) {
 	r, err := parseRemote(src.URL)
 	if err != nil {
 		return nil, stripUserinfo(src.URL), err
@@ -205,13 +226,18 @@ func (f *Fetcher) fetch(ctx context.Context, src v1alpha1.GitSource, auth *Auth)
 	if err != nil {
 		return nil, r.display, err
 	}
-	j := &job{remote: r, ref: src.Ref, dir: dir, auth: method}
+	verify, err := newVerifyRequest(src, keys)
+	if err != nil {
+		return nil, r.display, err
+	}
+	j := &job{name: name, remote: r, ref: src.Ref, dir: dir, auth: method, verify: verify}
 	if auth != nil {
 		j.caBundle = auth.CABundle
 	}
 	j.key = flightKey{
 		snapKey: snapKey{url: r.key, ref: source.DescribeRef(src.Ref), path: dir, whole: dir != "" && (src.Kustomize == nil || *src.Kustomize)},
 		auth:    auth.digest(r),
+		verify:  verify.flightPart(),
 	}
 	snap, err := f.await(ctx, j)
 	return snap, r.display, err
@@ -331,7 +357,12 @@ func (f *Fetcher) sync(ctx context.Context, cr *cachedRepo, j *job) (*engine.Sna
 	if err != nil {
 		return nil, err
 	}
+	// Before any file of the commit is read or served.
+	err = f.verify(ctx, sess, st, l, t, commit, j)
 	f.measure(cr)
+	if err != nil {
+		return nil, err
+	}
 	return f.snapshot(st, commit, t, j)
 }
 
