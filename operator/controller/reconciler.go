@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
@@ -274,7 +275,15 @@ func (r *Reconciler) sync(ctx context.Context, ms *v1alpha1.ManifestSync, st *sy
 	}
 	snaps, err := r.fetchSources(ctx, ms, st)
 	if err != nil {
-		return r.retrySoon(ctx, st, r.failed(ctx, st, orig, ms, nil, v1alpha1.ReasonSourceFailed, err, now))
+		// A source whose verify refused what it read (a git commit or
+		// tag, an oci artifact) is told apart: nothing is applied, the
+		// last good state stays, and it is retried as other source
+		// failures are (a signed commit may follow).
+		reason := v1alpha1.ReasonSourceFailed
+		if _, ok := errors.AsType[*source.VerifyError](err); ok {
+			reason = v1alpha1.ReasonSourceVerifyFailed
+		}
+		return r.retrySoon(ctx, st, r.failed(ctx, st, orig, ms, nil, reason, err, now))
 	}
 	res, err := r.evaluate(ctx, ms, snaps, st)
 	if err != nil {
@@ -403,8 +412,11 @@ func (r *Reconciler) failed(ctx context.Context, st *syncState, orig, ms *v1alph
 	msg := setFailedTargets(ms, res, reason, cause)
 	setConditions(ms, reason, msg)
 	event := EventSyncFailed
-	if reason == v1alpha1.ReasonValidationFailed {
+	switch reason {
+	case v1alpha1.ReasonValidationFailed:
 		event = EventValidationFailed
+	case v1alpha1.ReasonSourceVerifyFailed:
+		event = EventSourceVerifyFailed
 	}
 	r.event(ms, true, event, "Evaluate", msg)
 	failuresTotal.WithLabelValues(ms.Namespace, ms.Name, "", reason).Inc()

@@ -47,7 +47,7 @@ func setConditions(ms *v1alpha1.ManifestSync, reason, msg string) {
 	}
 	var retrying, stalled bool
 	switch reason {
-	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonDependencyNotReady, v1alpha1.ReasonProgressing:
+	case v1alpha1.ReasonSourceFailed, v1alpha1.ReasonSourceVerifyFailed, v1alpha1.ReasonApplyFailed, v1alpha1.ReasonDependencyNotReady, v1alpha1.ReasonProgressing:
 		retrying = true
 	case v1alpha1.ReasonEvalFailed, v1alpha1.ReasonValidationFailed, v1alpha1.ReasonConflict, v1alpha1.ReasonServiceAccountRequired,
 		v1alpha1.ReasonEmptyOutput, v1alpha1.ReasonDependencyCycle:
@@ -242,6 +242,8 @@ func setFailedTargets(ms *v1alpha1.ManifestSync, res *engine.Result, reason stri
 	switch reason {
 	case v1alpha1.ReasonSourceFailed:
 		what = "source failed"
+	case v1alpha1.ReasonSourceVerifyFailed:
+		what = "source not verified"
 	case v1alpha1.ReasonValidationFailed:
 		what = "validation failed"
 	case v1alpha1.ReasonServiceAccountRequired:
@@ -436,6 +438,9 @@ const (
 	EventDriftCorrected   = "DriftCorrected"
 	EventDriftDetected    = "DriftDetected"
 	EventEmptyOutput      = "EmptyOutput"
+	// EventSourceVerifyFailed: a source's verify refused the commit, tag
+	// or artifact read; nothing was applied.
+	EventSourceVerifyFailed = "SourceVerifyFailed"
 	// EventHealthCheckFailed: objects Failed, or were not Current within
 	// spec.timeout.
 	EventHealthCheckFailed = "HealthCheckFailed"
