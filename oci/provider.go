@@ -123,6 +123,9 @@ type provider struct {
 // FetchOCI implements source.OCIFetcher.
 func (p provider) FetchOCI(ctx context.Context, name string, src v1alpha1.OCISource) (*engine.Snapshot, error) {
 	snap, err := p.c.fetch(ctx, p.secrets, p.fallback, name, src)
+	if _, ok := errors.AsType[*source.VerifyError](err); ok {
+		return nil, err // it names the source
+	}
 	if err != nil {
 		return nil, fmt.Errorf("source %q: %w", name, err)
 	}
