@@ -89,7 +89,7 @@ func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, give
 	}
 	res := source.Resolver{
 		Namespace: sf.Sync.Namespace,
-		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir, git.FromSecretData)},
+		Git:       git.Provider{Fetcher: gitFetcher(), Credentials: secretFiles(dir, git.FromSecretData), Keys: verifyKeys(dir, sf.Sync.Namespace)},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: secretFiles(dir, charts.FromSecretData)},
 		OCI:       ociCache().ProviderWith(secretData(dir), dockerConfig),
 		HTTP:      httpCache().Provider(secretData(dir)),
@@ -189,10 +189,36 @@ func secretData(dir string) source.Secrets {
 	}
 }
 
+// verifyKeys gives git sources with verify the public keys of their
+// verify.secretRef: the Secret manifest SECRET.yaml beside the sync file
+// in dir, which must exist (a source with verify is never read
+// unverified). Messages name it as the operator does, and its file.
+func verifyKeys(dir, namespace string) git.Keyring {
+	return func(ctx context.Context, ref v1alpha1.LocalObjectReference) (*git.Keys, error) {
+		p := filepath.Join(dir, ref.Name+".yaml")
+		if _, err := os.Lstat(p); err != nil {
+			return nil, &source.LocalError{Err: fmt.Errorf("secretRef %s: the Secret of the keys commits are verified with is not there", p)}
+		}
+		data, err := secretData(dir)(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		keys, err := git.ParseKeys("Secret "+namespace+"/"+ref.Name+" ("+p+")", data)
+		if err != nil {
+			return nil, &source.LocalError{Err: err}
+		}
+		return keys, nil
+	}
+}
+
 // ociCache and httpCache are the process's oci and http caches: an
 // artifact or archive read twice in one command is downloaded once.
 var (
-	ociCache  = sync.OnceValue(func() *oci.Cache { return oci.NewCache(oci.CacheOptions{}) })
+	ociCache = sync.OnceValue(func() *oci.Cache {
+		c := oci.NewCache(oci.CacheOptions{})
+		c.Verify = oci.CosignVerifier(c.Client) // verify: {provider: cosign}
+		return c
+	})
 	httpCache = sync.OnceValue(func() *httpsrc.Cache { return httpsrc.NewCache(httpsrc.CacheOptions{}) })
 )
 

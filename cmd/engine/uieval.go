@@ -97,7 +97,7 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 	objects := controller.ObjectReaderAs(ms, &boundedReader{Reader: c}, e.kinds)
 	res := source.Resolver{
 		Namespace: ms.Namespace,
-		Git:       git.Provider{Fetcher: e.git, Credentials: inspect.GitCredentials(c, ms.Namespace)},
+		Git:       git.Provider{Fetcher: e.git, Credentials: inspect.GitCredentials(c, ms.Namespace), Keys: git.SecretKeys(ms.Namespace, uiSecrets(c, ms.Namespace))},
 		Helm:      charts.Provider{Fetcher: helmFetcher(), Credentials: inspect.HelmCredentials(c, ms.Namespace)},
 		OCI:       ociCache().Provider(uiSecrets(c, ms.Namespace)),
 		HTTP:      httpCache().Provider(uiSecrets(c, ms.Namespace)),

@@ -119,6 +119,10 @@ func gitChanges(ctx context.Context, p git.Provider, src v1alpha1.Source, fromRe
 	fetch := func(commit string) (map[string][]byte, error) {
 		g := *src.Git
 		g.Ref = v1alpha1.GitRef{Commit: commit}
+		// The commits of the history are compared for display, not
+		// applied: the operator verified them when it read them, and a
+		// pinned commit reads no tag for verify's modes Tag and TagAndHEAD.
+		g.Verify = nil
 		snap, err := p.FetchGit(ctx, src.Name, g)
 		if err != nil {
 			return nil, err
