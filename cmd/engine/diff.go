@@ -131,6 +131,7 @@ that failed on either side, or one stopped at a limit).`,
 	fl := cmd.Flags()
 	fl.StringVarP(&f.file, "file", "f", "", "the ManifestSync file (required)")
 	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME from a local directory or file, or fetch it from Git (repeatable)")
+	addSOPSKeyFlag(fl, &f.sopsKeyFile)
 	fl.StringArrayVar(&f.targets, "target", nil, "diff only this target (repeatable)")
 	fl.StringArrayVar(&f.sets, "set", nil, "KEY=VALUE: set a param for every target; KEY may be dotted (a.b.c), VALUE is YAML (repeatable)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; default: $KUBECONFIG, else ~/.kube/config")
@@ -218,7 +219,7 @@ func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf
 	rctx, timeout, cancel := readDeadline(ctx, f.limits.Timeout)
 	defer cancel()
 	snaps, err := readWithin(rctx, timeout, "reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
-		return resolveSources(ctx, &local, f.sources)
+		return resolveSources(ctx, &local, f.sources, sopsKeys(f.sopsKeyFile))
 	})
 	if err != nil {
 		return nil, usageErr("%s: %w", f.file, err)

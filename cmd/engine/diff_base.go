@@ -160,6 +160,7 @@ type renderer struct {
 	pool       *worker.Pool
 	opts       engine.Options
 	sources    map[string]string // --source, by name
+	keys       sopsKeyFile       // --sops-age-key-file, SOPS_AGE_KEY_FILE
 	namespaces givenNamespaces
 	overridden map[string]bool // --source names some ManifestSync has
 }
@@ -212,7 +213,7 @@ func (r *renderer) evaluate(ctx context.Context, s side, sf *engine.SyncFile) (*
 	rctx, timeout, cancel := readDeadline(ctx, r.opts.Limits.Timeout)
 	defer cancel()
 	snaps, err := readWithin(rctx, timeout, sf.Name+": reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
-		return readSourcesIn(ctx, s.tree, sf, r.sources)
+		return readSourcesIn(ctx, s.tree, sf, r.sources, r.keys)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sf.Name, err)
@@ -300,7 +301,7 @@ func runDiffBase(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer,
 		return err
 	}
 	defer stop()
-	r := &renderer{pool: pool, opts: engine.Options{Limits: f.limits}, sources: sources, namespaces: namespaces, overridden: map[string]bool{}}
+	r := &renderer{pool: pool, opts: engine.Options{Limits: f.limits}, sources: sources, keys: sopsKeys(f.sopsKeyFile), namespaces: namespaces, overridden: map[string]bool{}}
 	if err := f.caps.options("diff", &r.opts); err != nil {
 		return err
 	}

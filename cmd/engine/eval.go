@@ -30,11 +30,14 @@ import (
 type evalFlags struct {
 	file    string
 	sources []string
-	targets []string
-	sets    []string
-	output  string
-	outDir  string
-	limits  lstar.Limits
+	// sopsKeyFile is --sops-age-key-file (sopsKeys: else
+	// SOPS_AGE_KEY_FILE).
+	sopsKeyFile string
+	targets     []string
+	sets        []string
+	output      string
+	outDir      string
+	limits      lstar.Limits
 	// showSecrets prints Secret values; by default they are masked.
 	showSecrets bool
 	// maxMemory bounds the worker the evaluation runs in (a quantity).
@@ -123,6 +126,7 @@ evaluation stopped at --max-memory or --timeout.`,
 	fl.BoolVar(&f.showSecrets, "show-secrets", false, "print the values of Secrets (and of other objects' strings that hold them); by default they are masked as ***")
 	fl.BoolVarP(&f.watch, "watch", "w", false, "re-evaluate whenever the sync file, a script, a file it loads or a local source changes, and print the result again")
 	fl.BoolVar(&f.diff, "diff", false, "with --watch: print what changed since the last good render, as a unified diff, instead of the whole result")
+	addSOPSKeyFlag(fl, &f.sopsKeyFile)
 	addNamespaceFlags(fl, &f.namespaces)
 	addCapabilityFlags(fl, &f.caps)
 	addLimitFlags(fl, &f.limits)
@@ -216,7 +220,7 @@ func evalOnce(ctx context.Context, pool *worker.Pool, namespaces givenNamespaces
 		return run, failed(fmt.Errorf("%s: target %q has a namespaceSelector in a remote cluster, which needs that cluster's namespaces: give them with %s", f.file, target, flag))
 	}
 	snaps, err := readWithin(rctx, timeout, "reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
-		return resolveSources(ctx, sf, f.sources)
+		return resolveSources(ctx, sf, f.sources, sopsKeys(f.sopsKeyFile))
 	})
 	if err != nil {
 		// The sync file names the sources: "sync.yaml: source "app": ...".

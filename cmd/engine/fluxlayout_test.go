@@ -116,7 +116,7 @@ func TestFluxLayoutRendersAsFlux(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				snaps, err := readSources(context.Background(), sf, given)
+				snaps, err := readSources(context.Background(), sf, given, "")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,6 +20,8 @@ type vetFlags struct {
 	limits    lstar.Limits
 	maxMemory string
 	sources   []string
+	// sopsKeyFile is --sops-age-key-file (else SOPS_AGE_KEY_FILE).
+	sopsKeyFile string
 	// namespaces are the cluster's, for namespaceSelector targets.
 	namespaces namespaceFlags
 	// caps are what charts see of the cluster.
@@ -96,6 +98,7 @@ or malformed input, an evaluation that failed or was stopped at a limit).`,
 	fl.StringArrayVar(&f.policies, "policy", nil, "DIR: a CUE policy package every output object must satisfy (repeatable)")
 	fl.StringVarP(&f.output, "output", "o", "text", "report format: text, json, junit or sarif")
 	fl.StringArrayVar(&f.sources, "source", nil, "NAME=DIR|FILE|URL[@REF]: read source NAME of every ManifestSync that has one from a local directory or file, or fetch it from Git (repeatable)")
+	addSOPSKeyFlag(fl, &f.sopsKeyFile)
 	addNamespaceFlags(fl, &f.namespaces)
 	addCapabilityFlags(fl, &f.caps)
 	addLimitFlags(fl, &f.limits)
@@ -137,7 +140,7 @@ func runVet(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, f *v
 	if err != nil {
 		return usageErr("vet: %w", err)
 	}
-	v := &vetter{pool: pool, policies: policies, limits: f.limits, charts: charts, sources: sources, namespaces: namespaces, stderr: stderr}
+	v := &vetter{pool: pool, policies: policies, limits: f.limits, charts: charts, sources: sources, keys: sopsKeys(f.sopsKeyFile), namespaces: namespaces, stderr: stderr}
 	rep := v.run(ctx, paths)
 	if err := write(stdout, stderr, rep); err != nil {
 		return usageErr("vet: writing the report: %w", err)

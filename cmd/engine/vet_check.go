@@ -217,6 +217,8 @@ type vetter struct {
 	// sources are the --source overrides, by source name; each applies
 	// to every ManifestSync with a source of that name.
 	sources map[string]string
+	// keys decrypt the SOPS files of ManifestSyncs with spec.decryption.
+	keys sopsKeyFile
 	// namespaces are the cluster's, for namespaceSelector targets; nil
 	// when none were given, and each such target is evaluated in a
 	// namespace made up to match its selector.
@@ -305,7 +307,7 @@ func (v *vetter) check(ctx context.Context, d *syncDoc) *syncReport {
 	rctx, timeout, cancel := readDeadline(ctx, v.limits.Timeout)
 	defer cancel()
 	snaps, err := readWithin(rctx, timeout, d.file+": reading its sources", func(ctx context.Context) (map[string]*engine.Snapshot, error) {
-		return readSources(ctx, sf, v.sources)
+		return readSources(ctx, sf, v.sources, v.keys)
 	})
 	var se *source.Error
 	if errors.As(err, &se) {
