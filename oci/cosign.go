@@ -22,6 +22,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
@@ -279,19 +280,30 @@ func readBlob(ctx context.Context, p *remote.Puller, ref name.Digest, l v1.Descr
 // CosignVerifier is the Cache's Verifier of verify.provider cosign (the
 // only provider the API allows), reading signatures through c: data is
 // the verify Secret's (see CosignKeys), dockerConfigJSON the source's
-// credentials, as signatures live in the artifact's repository.
-func CosignVerifier(c *Client) func(ctx context.Context, src v1alpha1.OCISource, digest string, data map[string][]byte, dockerConfigJSON []byte) error {
+// credentials, as signatures live in the artifact's repository. A refusal
+// is a *source.VerifyError naming the artifact (oci://HOST/REPO@DIGEST);
+// its Source is the Cache's to fill in, its Keys the Resolver's (it knows
+// the namespace of the Secret); a failure to read the registry is
+// returned as it is.
+func CosignVerifier(c *Client) Verifier {
 	return func(ctx context.Context, src v1alpha1.OCISource, digest string, data map[string][]byte, dockerConfigJSON []byte) error {
 		if src.Verify == nil {
 			return nil
 		}
+		refuse := func(err error) error {
+			return &source.VerifyError{What: "artifact " + src.URL + "@" + digest, Err: err}
+		}
 		if src.Verify.Provider != "cosign" {
-			return fmt.Errorf("%w: verify provider %q, not cosign", ErrKeys, src.Verify.Provider)
+			return refuse(fmt.Errorf("%w: verify provider %q, not cosign", ErrKeys, src.Verify.Provider))
 		}
 		keys, err := CosignKeys(data)
 		if err != nil {
-			return err
+			return refuse(err)
 		}
-		return c.VerifyCosign(ctx, Source{URL: src.URL, Insecure: src.Insecure, DockerConfigJSON: dockerConfigJSON}, digest, keys)
+		err = c.VerifyCosign(ctx, Source{URL: src.URL, Insecure: src.Insecure, DockerConfigJSON: dockerConfigJSON}, digest, keys)
+		if errors.Is(err, ErrUnsigned) || errors.Is(err, ErrNoTrustedSignature) || errors.Is(err, ErrKeys) {
+			return refuse(err)
+		}
+		return err
 	}
 }

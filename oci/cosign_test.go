@@ -2,9 +2,11 @@ package oci_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,9 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/oci"
 	"github.com/manifestsync/manifestsync/oci/cosigntest"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 func keysOf(t testing.TB, data map[string][]byte) []oci.NamedVerifier {
@@ -241,4 +245,60 @@ func TestCosignKeys(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	t.Log(err)
+}
+
+// Through a Resolver, as the operator and the CLI read sources: a source
+// with verify reads a signed artifact; an unsigned one is a
+// *source.VerifyError naming the source, the artifact by digest and the
+// Secret with its namespace, and no layer of it is downloaded.
+func TestCosignVerifierResolver(t *testing.T) {
+	reg := registrytest.StartWith(t, registrytest.Config{AccessLog: true})
+	repo, err := name.NewRepository(reg.Addr+"/app", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := cosigntest.NewKey(t)
+	signed := pushFiles(t, reg.Addr, "signed", map[string][]byte{"cm.yaml": []byte("a: 1\n")})
+	cosigntest.Write(t, repo, signed, cosigntest.SignDigest(t, alice, repo.Digest(signed)))
+	unsigned := pushFiles(t, reg.Addr, "unsigned", map[string][]byte{"cm.yaml": []byte("a: 2\n")})
+
+	cache := oci.NewCache(oci.CacheOptions{})
+	cache.Verify = oci.CosignVerifier(cache.Client)
+	secrets := func(_ context.Context, ref v1alpha1.LocalObjectReference) (map[string][]byte, error) {
+		if ref.Name != "keys" {
+			return nil, fmt.Errorf("secretRef %s: not found", ref.Name)
+		}
+		return map[string][]byte{"cosign.pub": alice.Pub}, nil
+	}
+	res := source.Resolver{Namespace: "team", OCI: cache.Provider(secrets)}
+	src := func(tag string) []v1alpha1.Source {
+		return []v1alpha1.Source{{Name: "app", OCI: &v1alpha1.OCISource{URL: "oci://" + reg.Addr + "/app", Ref: v1alpha1.OCIRef{Tag: tag}, Insecure: true,
+			Verify: &v1alpha1.OCIVerification{Provider: "cosign", SecretRef: v1alpha1.LocalObjectReference{Name: "keys"}}}}}
+	}
+	snaps, err := res.Resolve(ctx, src("signed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snaps["app"]; got == nil || string(got.Files["cm.yaml"]) != "a: 1\n" || got.Revision != "signed@"+signed {
+		t.Fatalf("got %+v", got)
+	}
+
+	mark := len(reg.Log(t))
+	_, err = res.Resolve(ctx, src("unsigned"))
+	ve, ok := errors.AsType[*source.VerifyError](err)
+	if !ok || ve.Source != "app" || ve.What != "artifact oci://"+reg.Addr+"/app@"+unsigned || ve.Keys != "Secret team/keys" || !errors.Is(err, oci.ErrUnsigned) {
+		t.Fatalf("got %#v (%v); want a VerifyError naming the source, the artifact and the Secret", ve, err)
+	}
+	t.Log(err)
+	if got := requests(t, reg, mark); got["GET blobs"] != 0 {
+		t.Fatalf("an unverified artifact's blobs were read: %v", got)
+	}
+
+	// A Cache without a Verifier never reads a source with verify (a
+	// source failure, not a refusal).
+	res.OCI = oci.NewCache(oci.CacheOptions{}).Provider(secrets)
+	_, err = res.Resolve(ctx, src("signed"))
+	if _, ok := errors.AsType[*source.VerifyError](err); ok || !errors.Is(err, oci.ErrVerifyUnavailable) {
+		t.Fatalf("a Cache without a Verifier: %v", err)
+	}
 }

@@ -315,6 +315,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	// The last artifact and archive of each oci and http source, 128 MiB
 	// each at most, for unchanged polls.
 	ociCache := controller.NewOCICache(oci.CacheOptions{})
+	ociCache.Verify = oci.CosignVerifier(ociCache.Client) // verify: {provider: cosign}
 	if err := mgr.Add(controller.OCISweeper(ociCache, mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -99,7 +99,8 @@ type VerifyError struct {
 	// "artifact oci://host/repo@sha256:…".
 	What string
 	// Keys names the key set: "Secret NAMESPACE/NAME" (or the file the
-	// CLI read), never a key.
+	// CLI read), never a key. An oci source's provider may leave it empty:
+	// the Resolver names the Secret of verify.secretRef in its Namespace.
 	Keys string
 	// Err says why (unsigned, signed by another key, a bad signature).
 	Err error
@@ -246,7 +247,13 @@ func (r *Resolver) read(ctx context.Context, src *v1alpha1.Source, snaps map[str
 		if r.OCI == nil {
 			return nil, fmt.Errorf("source %q: %w", src.Name, ErrOCINotWired)
 		}
-		return r.OCI.FetchOCI(ctx, src.Name, *src.OCI)
+		snap, err := r.OCI.FetchOCI(ctx, src.Name, *src.OCI)
+		if ve, ok := errors.AsType[*VerifyError](err); ok && ve.Keys == "" && src.OCI.Verify != nil {
+			// The provider knows the Secret's name, the Resolver its
+			// namespace.
+			ve.Keys = "Secret " + r.Namespace + "/" + src.OCI.Verify.SecretRef.Name
+		}
+		return snap, err
 	case src.HTTP != nil:
 		if r.HTTP == nil {
 			return nil, fmt.Errorf("source %q: %w", src.Name, ErrHTTPNotWired)
