@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source/decrypt"
+	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/sops"
 )
 
@@ -77,4 +80,27 @@ func (k sopsKeyFile) read() (sops.Keys, error) {
 		return sops.Keys{}, fmt.Errorf("age key file %s: %w", name, err)
 	}
 	return sops.ParseKeyFile(name, data)
+}
+
+// uiDecrypter is the Decrypt hook of the web UI's diff of ms: nil without
+// spec.decryption, else SOPS with the identities of the Secret its
+// secretRef names, read as the UI's user (c): one who may not read the
+// keys gets the API server's refusal, not a diff of what they decrypt.
+func uiDecrypter(ctx context.Context, c client.Reader, ms *v1alpha1.ManifestSync) (decrypt.Func, error) {
+	d := ms.Spec.Decryption
+	if d == nil {
+		return nil, nil
+	}
+	if d.Provider != "sops" {
+		return nil, fmt.Errorf("spec.decryption: provider %q: only sops is supported", d.Provider)
+	}
+	data, err := uiSecrets(c, ms.Namespace)(ctx, d.SecretRef)
+	if err != nil {
+		return nil, fmt.Errorf("spec.decryption: %w", err)
+	}
+	keys, err := sops.ParseKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("spec.decryption: secretRef %s/%s: %w", ms.Namespace, d.SecretRef.Name, err)
+	}
+	return decrypt.SOPS(keys, nil), nil
 }

@@ -111,6 +111,11 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 			return objects, nil
 		},
 	}
+	dec, err := uiDecrypter(fctx, c, ms)
+	if err != nil {
+		return nil, fmt.Errorf("ManifestSync %s: %w", name, err)
+	}
+	res.Decrypt = dec
 	snaps, err := res.Resolve(fctx, ms.Spec.Sources)
 	if err != nil {
 		if fctx.Err() != nil && ctx.Err() == nil {
