@@ -2,12 +2,19 @@ package git
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/hiddeco/sshsig"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
@@ -76,9 +83,11 @@ func verifyErr(t *testing.T, f *Fetcher, src v1alpha1.GitSource, keys *Keys, wha
 func TestVerifyCommit(t *testing.T) {
 	sshKey, other := gittest.NewSSHKey(t), gittest.NewSSHKey(t)
 	pgpKey, otherPGP := gittest.NewPGPKey(t, "signer"), gittest.NewPGPKey(t, "other")
+	gpgKey := gittest.NewGPGKey(t, "release")
 	keys := mustKeys(t, map[string]string{
 		"ssh":      "# the release key\n" + sshKey.Authorized + "\n",
 		"pgp.asc":  pgpKey.Armored,
+		"gpg.asc":  gpgKey.Armored,
 		"more.pub": "\n",
 	})
 	for _, c := range []struct {
@@ -87,6 +96,7 @@ func TestVerifyCommit(t *testing.T) {
 	}{
 		{"ssh", sshKey, other},
 		{"openpgp", pgpKey, otherPGP},
+		{"gpg", gpgKey, otherPGP},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			url, w := signedRepo(t)
@@ -153,6 +163,8 @@ func keyText(s gittest.Signer) string {
 	case *gittest.SSHKey:
 		return s.Authorized
 	case *gittest.PGPKey:
+		return s.Armored
+	case *gittest.GPGKey:
 		return s.Armored
 	}
 	return ""
@@ -257,5 +269,66 @@ func TestVerifyWithoutKeys(t *testing.T) {
 	})
 	if _, err := p.FetchGit(context.Background(), "app", src); err == nil || !strings.Contains(err.Error(), `verify: secret "keys" is forbidden`) {
 		t.Fatalf("Provider whose Secret is refused: %v", err)
+	}
+}
+
+// TestVerifySSHSignature: what an SSH signature that is not a good one of
+// this commit gets: one made for another namespace (ssh-keygen -Y sign -n
+// file, a signature of a file reused as a commit's), one of other content,
+// two signatures, and a signature of a kind neither OpenPGP nor SSH.
+func TestVerifySSHSignature(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := mustKeys(t, map[string]string{"k": string(ssh.MarshalAuthorizedKey(signer.PublicKey()))})
+	who := object.Signature{Name: "a", Email: "a@example.com", When: time.Unix(1700000000, 0).UTC()}
+	commit := func(msg string) *object.Commit {
+		return &object.Commit{Author: who, Committer: who, Message: msg, TreeHash: plumbing.NewHash("4b825dc642cb6eb9a060e54bf8d69288fbee4904")}
+	}
+	sign := func(c *object.Commit, namespace string) string {
+		t.Helper()
+		payload := &plumbing.MemoryObject{}
+		if err := c.EncodeWithoutSignature(payload); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := payload.Reader()
+		s, err := sshsig.Sign(r, signer, sshsig.HashSHA512, namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(sshsig.Armor(s))
+	}
+	good := commit("good")
+	good.PGPSignature = sign(good, "git")
+	if err := verifyCommit(good, keys); err != nil {
+		t.Fatalf("a good signature: %v", err)
+	}
+	file := commit("file")
+	file.PGPSignature = sign(file, "file")
+	tampered := commit("original")
+	tampered.PGPSignature = sign(tampered, "git")
+	tampered.Message = "changed"
+	twice := commit("twice")
+	twice.PGPSignature = sign(twice, "git") + sign(twice, "git")
+	x509 := commit("x509")
+	x509.PGPSignature = "-----BEGIN SIGNED MESSAGE-----\nMIAGCSqGSIb3DQEHAqCAMIACAQEx\n-----END SIGNED MESSAGE-----\n"
+	for _, c := range []struct {
+		c    *object.Commit
+		want string
+	}{
+		{file, `an SSH signature of namespace "file", not "git"`},
+		{tampered, "bad signature: SSH"},
+		{twice, "more than one signature"},
+		{x509, "neither OpenPGP nor SSH"},
+	} {
+		err := verifyCommit(c.c, keys)
+		if !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("commit %q: %v; want %q", c.c.Message, err, c.want)
+		}
 	}
 }

@@ -17,8 +17,9 @@ import (
 )
 
 // A Signer signs the commits and tags of a Work: an *SSHKey (git's own
-// gpg.format ssh, which runs ssh-keygen -Y sign) or a *PGPKey (go-git's
-// OpenPGP signing). A nil Signer leaves them unsigned.
+// gpg.format ssh, which runs ssh-keygen -Y sign), a *GPGKey (git through
+// gpg) or a *PGPKey (go-git's OpenPGP signing). A nil Signer leaves them
+// unsigned.
 type Signer interface{ signer() }
 
 // SSHKey is an ed25519 key made by ssh-keygen.
@@ -75,6 +76,55 @@ func NewPGPKey(t testing.TB, name string) *PGPKey {
 	return &PGPKey{Entity: e, Armored: b.String()}
 }
 
+// GPGKey is an ed25519 OpenPGP key made by gpg in a home of its own;
+// commits and tags are signed by git through gpg (git commit -S), as a
+// user's are. The home's gpg-agent is stopped when the test ends.
+type GPGKey struct {
+	Home, Fingerprint string
+	// Armored is the public key, as gpg --armor --export prints it.
+	Armored string
+}
+
+func (*GPGKey) signer() {}
+
+// NewGPGKey makes a key with gpg, without passphrase; it skips the test
+// when there is no gpg.
+func NewGPGKey(t testing.TB, name string) *GPGKey {
+	t.Helper()
+	if _, err := exec.LookPath("gpg"); err != nil {
+		t.Skip("no gpg")
+	}
+	home := TempDir(t)
+	if err := os.Chmod(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gpg := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("gpg", append([]string{"--batch", "--homedir", home}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("gpg %v: %v\n%s", args, err, stderr.String())
+		}
+		return string(out)
+	}
+	t.Cleanup(func() { _ = exec.Command("gpgconf", "--homedir", home, "--kill", "gpg-agent").Run() })
+	gpg("--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", name+" <"+name+"@manifestsync.dev>", "ed25519", "sign", "never")
+	k := &GPGKey{Home: home}
+	for _, line := range strings.Split(gpg("--with-colons", "--list-keys"), "\n") {
+		if f := strings.Split(line, ":"); len(f) > 9 && f[0] == "fpr" {
+			k.Fingerprint = f[9]
+			break
+		}
+	}
+	if k.Fingerprint == "" {
+		t.Fatal("gpg made no key")
+	}
+	k.Armored = gpg("--armor", "--export", k.Fingerprint)
+	return k
+}
+
 // Work is a clone of a bare repository in which a test commits, tags and
 // pushes.
 type Work struct {
@@ -100,8 +150,13 @@ func Clone(t testing.TB, bare string) *Work {
 
 func (w *Work) git(dir string, args ...string) string {
 	w.t.Helper()
+	return w.gitEnv(dir, nil, args...)
+}
+
+func (w *Work) gitEnv(dir string, env []string, args ...string) string {
+	w.t.Helper()
 	cmd := exec.Command("git", args...)
-	cmd.Dir, cmd.Env = dir, w.env
+	cmd.Dir, cmd.Env = dir, append(append([]string(nil), w.env...), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("git %v: %v\n%s", args, err, out)
@@ -133,6 +188,8 @@ func (w *Work) Commit(msg string, s Signer) string {
 		w.git(w.Dir, "commit", "-q", "--allow-empty", "-m", msg)
 	case *SSHKey:
 		w.git(w.Dir, "-c", "gpg.format=ssh", "-c", "user.signingkey="+s.Path, "commit", "-q", "--allow-empty", "-S", "-m", msg)
+	case *GPGKey:
+		w.gitEnv(w.Dir, []string{"GNUPGHOME=" + s.Home}, "-c", "user.signingkey="+s.Fingerprint, "commit", "-q", "--allow-empty", "-S", "-m", msg)
 	case *PGPKey:
 		_, wt := w.open()
 		if _, err := wt.Commit(msg, &git.CommitOptions{AllowEmptyCommits: true, Author: w.sig(), SignKey: s.Entity}); err != nil {
@@ -152,6 +209,8 @@ func (w *Work) Tag(name, msg string, s Signer) string {
 		w.git(w.Dir, "tag", "-a", "-m", msg, name)
 	case *SSHKey:
 		w.git(w.Dir, "-c", "gpg.format=ssh", "-c", "user.signingkey="+s.Path, "tag", "-s", "-m", msg, name)
+	case *GPGKey:
+		w.gitEnv(w.Dir, []string{"GNUPGHOME=" + s.Home}, "-c", "user.signingkey="+s.Fingerprint, "tag", "-s", "-m", msg, name)
 	case *PGPKey:
 		repo, _ := w.open()
 		head, err := repo.Head()
