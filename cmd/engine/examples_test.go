@@ -66,7 +66,7 @@ func TestExamples(t *testing.T) {
 			// failing one has.
 			stdout.Reset()
 			stderr.Reset()
-			if code := run([]string{"vet", vetPath}, &stdout, &stderr); code != wantCode {
+			if code := run(append([]string{"vet", vetPath}, sopsKeyArgs(args)...), &stdout, &stderr); code != wantCode {
 				t.Errorf("engine vet %s: exit %d, want %d:\n%s%s", vetPath, code, wantCode, stdout.String(), stderr.String())
 			}
 			// An example with a transform ships tests of it, and they
@@ -82,6 +82,17 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sopsKeyArgs are the --sops-age-key-file arguments of an example's eval
+// arguments: vet needs the key as eval does.
+func sopsKeyArgs(args []string) []string {
+	for i, a := range args {
+		if a == "--sops-age-key-file" && i+1 < len(args) {
+			return args[i : i+2]
+		}
+	}
+	return nil
 }
 
 // hasTransform reports whether the ManifestSync in the file sync has a
