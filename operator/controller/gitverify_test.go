@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -145,6 +146,12 @@ func TestGitVerify(t *testing.T) {
 		// stays.
 		wantApp("1")
 	}
+	fetches := func(result string) float64 {
+		return testutil.ToFloat64(gitFetchesTotal.WithLabelValues(ns, ms.Name, "repo", result))
+	}
+	failures := func() float64 {
+		return testutil.ToFloat64(failuresTotal.WithLabelValues(ns, ms.Name, "", v1alpha1.ReasonSourceVerifyFailed))
+	}
 
 	work.Write(map[string]string{"deploy/app.yaml": cm("app", "2"), "deploy/extra.yaml": cm("extra", "x")})
 	unsigned := work.Commit("unsigned", nil)
@@ -153,6 +160,10 @@ func TestGitVerify(t *testing.T) {
 	work.Write(map[string]string{"deploy/app.yaml": cm("app", "3")})
 	byOther := work.Commit("by another key", other)
 	refused(byOther, "signed by a key that is not in the Secret")
+	if fetches("unsigned") < 1 || fetches("unknown_signer") < 1 || failures() < 2 {
+		t.Errorf("metrics: git fetches unsigned %v, unknown_signer %v; failures SourceVerifyFailed %v; want at least 1, 1 and 2",
+			fetches("unsigned"), fetches("unknown_signer"), failures())
+	}
 
 	// No key of the Secret, nor any part of one, in the status or the
 	// events.

@@ -216,6 +216,10 @@ func fetchResult(err error) string {
 		{git.ErrPathNotFound, "path_not_found"},
 		{git.ErrLimit, "limit"},
 		{context.DeadlineExceeded, "timeout"},
+		// verify refused the commit or tag read (SourceVerifyFailed)
+		{git.ErrUnsigned, "unsigned"},
+		{git.ErrUnknownSigner, "unknown_signer"},
+		{git.ErrBadSignature, "bad_signature"},
 	})
 }
 

@@ -412,7 +412,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for name, wantFor := range map[string]time.Duration{
 		"ManifestSyncNotReady": 10 * time.Minute, "ManifestSyncEvaluationFailing": time.Minute,
-		"ManifestSyncSourceFailing": 5 * time.Minute, "ManifestSyncGitFetchFailing": 5 * time.Minute,
+		"ManifestSyncSourceFailing": 5 * time.Minute, "ManifestSyncSourceNotVerified": 0, "ManifestSyncGitFetchFailing": 5 * time.Minute,
 		"ManifestSyncDriftDetected": 0, "ManifestSyncWriteWar": 0, "ManifestSyncConflict": 10 * time.Minute,
 		"ManifestSyncObjectsUnhealthy":     15 * time.Minute,
 		"ManifestSyncAPIServerUnreachable": 2 * time.Minute, "ManifestSyncOperatorAbsent": 10 * time.Minute,
@@ -426,7 +426,7 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alert %s fires after %v, want %v", name, got, wantFor)
 		}
 	}
-	if len(alerts) != 10 {
-		t.Errorf("%d alerts, want the 10 docs/operations.md lists", len(alerts))
+	if len(alerts) != 11 {
+		t.Errorf("%d alerts, want the 11 docs/operations.md lists", len(alerts))
 	}
 }
