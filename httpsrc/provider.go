@@ -147,6 +147,9 @@ func (c *Cache) fetch(ctx context.Context, secrets source.Secrets, src v1alpha1.
 	snap, err := c.flights.Do(ctx, key, func(ctx context.Context) (*engine.Snapshot, error) {
 		return c.read(ctx, key, s)
 	})
+	if _, ok := errors.AsType[*source.PendingError](err); ok {
+		return nil, fmt.Errorf("%s: %w", what, err) // the fetch's own errors name it
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -201,6 +201,9 @@ func (c *Cache) fetch(ctx context.Context, secrets source.Secrets, fallback []by
 	snap, err := c.flights.Do(ctx, key, func(ctx context.Context) (*engine.Snapshot, error) {
 		return c.read(ctx, key, name, src, dockerConfig, keys)
 	})
+	if _, ok := errors.AsType[*source.PendingError](err); ok {
+		return nil, fmt.Errorf("%s: %w", what, err) // the fetch's own errors name it
+	}
 	if err != nil {
 		return nil, err
 	}

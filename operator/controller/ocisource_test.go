@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -296,6 +298,63 @@ func TestOCISourceFailures(t *testing.T) {
 	if !strings.Contains(events.String(), reg.Addr) {
 		t.Errorf("no event names the registry: %s", events.String())
 	}
+}
+
+// What registries that accept requests and never answer get: their
+// ManifestSyncs fail SourceFailed (fetch in progress, then the timeout)
+// naming the source and registry, holding no worker: a fresh ManifestSync
+// of a good registry is Ready within 5 s beside them.
+func TestOCIBystanderIsolation(t *testing.T) {
+	env.Need(t)
+	const fetchTimeout = 10 * time.Second
+	cache := NewOCICache(oci.CacheOptions{Limits: oci.Limits{Timeout: fetchTimeout}})
+	sourceOperator(t, cache, nil)
+	ns := remoteEnv.Namespace(t, nil)
+	create := func(name, host string) *v1alpha1.ManifestSync {
+		t.Helper()
+		ms := newSync(ns, name, v1alpha1.ManifestSyncSpec{
+			Sources: []v1alpha1.Source{{Name: "app", OCI: &v1alpha1.OCISource{URL: "oci://" + host + "/app", Ref: v1alpha1.OCIRef{Tag: "1"}, Insecure: true}}},
+			Targets: targets(ns),
+		})
+		if err := remoteEnv.Client.Create(context.Background(), ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	stop := make(chan struct{})
+	var stuck []*v1alpha1.ManifestSync
+	for i := range 4 {
+		silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		}))
+		t.Cleanup(silent.Close)
+		stuck = append(stuck, create(fmt.Sprintf("silent-%d", i), strings.TrimPrefix(silent.URL, "http://")))
+	}
+	t.Cleanup(func() { close(stop) }) // before the servers close
+	reg := registrytest.Start(t)
+	pushArtifact(t, reg, "app:1", map[string]string{"cm.yaml": cmOf("fresh", "a", "b")}, nil)
+	start := time.Now()
+	fresh := create("fresh", reg)
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(fresh), v1alpha1.ReasonSynced, time.Minute)
+	took := time.Since(start)
+	t.Logf("a fresh ManifestSync was Ready %v after it was created with four on silent registries", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("the fresh ManifestSync was Ready %v after it was created; want within 5s", took.Round(time.Millisecond))
+	}
+	for _, ms := range stuck {
+		got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSourceFailed, 3*fetchTimeout)
+		msg := condition(got, v1alpha1.ConditionReady).Message
+		if !strings.Contains(msg, `source "app"`) || !strings.Contains(msg, "oci://127.0.0.1:") {
+			t.Errorf("%s: %q; want the source and the registry", ms.Name, msg)
+		}
+		if n := counterValue(ociFetchesTotal.WithLabelValues(ns, ms.Name, "app", "pending")); n < 1 {
+			t.Errorf("%s: manifestsync_oci_fetches_total{result=pending} is %v", ms.Name, n)
+		}
+	}
+	t.Logf("a silent registry: %s", condition(remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(stuck[0]), v1alpha1.ReasonSourceFailed, time.Second), v1alpha1.ConditionReady).Message)
 }
 
 // writeHostile pushes to ref (HOST/REPO:TAG) an artifact in Flux's layout
