@@ -2,6 +2,7 @@ package oci_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -268,4 +269,32 @@ func TestProviderSlowRegistry(t *testing.T) {
 	}
 	close(release)
 	<-stale.Pending
+}
+
+// The last artifacts held are bounded in bytes: past the bound the least
+// recently read is let go, and read again in full at its next poll.
+func TestProviderBound(t *testing.T) {
+	reg := registrytest.Start(t)
+	for _, tag := range []string{"a", "b"} {
+		pushFiles(t, reg, tag, map[string][]byte{"f.yaml": bytes.Repeat([]byte(tag), 1000)})
+	}
+	c := oci.NewCache(oci.CacheOptions{MaxBytes: 1500})
+	p := c.Provider(nil)
+	read := func(tag string) {
+		t.Helper()
+		snap, err := p.FetchOCI(ctx, "app", v1alpha1.OCISource{URL: "oci://" + reg + "/app", Ref: v1alpha1.OCIRef{Tag: tag}, Insecure: true})
+		if err != nil || len(snap.Files["f.yaml"]) != 1000 {
+			t.Fatalf("%s: %v", tag, err)
+		}
+	}
+	read("a")
+	read("a")
+	read("b")
+	if downloads, unchanged, bytes, entries := c.Stats(); downloads != 2 || unchanged != 1 || entries != 1 || bytes > 1500 {
+		t.Fatalf("stats: %d downloads, %d unchanged, %d bytes in %d entries; want 2, 1, at most 1500 in 1", downloads, unchanged, bytes, entries)
+	}
+	read("a") // let go of: read in full again
+	if downloads, _, _, _ := c.Stats(); downloads != 3 {
+		t.Fatalf("%d downloads; want a read again", downloads)
+	}
 }

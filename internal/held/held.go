@@ -27,8 +27,9 @@ type item[V any] struct {
 }
 
 // New returns a cache of at most max bytes; dropped, when set, is told of
-// every key let go because the bound was passed (not of those Keep or
-// Delete remove), so that a caller may let go of what it holds for it too.
+// every key let go because the bound was passed, its own value too large
+// included (not of those Keep or Delete remove), so that a caller may let
+// go of what it holds for it too. It is called without the cache's lock.
 func New[V any](max int64, dropped func(key string)) *Cache[V] {
 	return &Cache[V]{max: max, lru: list.New(), items: map[string]*list.Element{}, dropped: dropped}
 }
@@ -56,6 +57,8 @@ func (c *Cache[V]) Put(key string, value V, bytes int64) {
 	if bytes <= c.max {
 		c.items[key] = c.lru.PushFront(&item[V]{key: key, value: value, bytes: bytes})
 		c.size += bytes
+	} else {
+		dropped = append(dropped, key)
 	}
 	for c.size > c.max {
 		old := c.lru.Back().Value.(*item[V])
