@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -218,4 +219,78 @@ func statusJSON(t *testing.T, ms *v1alpha1.ManifestSync) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The keys of verify are read as the ManifestSync's service account, as
+// its credentials are: an account that may not read the Secret gets
+// SourceFailed naming the Secret and the refusal (never a read of the
+// commit unverified, nor the Secret's data); granted, the signed commit
+// syncs.
+func TestGitVerifyKeysReadAsServiceAccount(t *testing.T) {
+	env.Need(t)
+	ownOperator(t, func(r *Reconciler, mgr ctrl.Manager) error {
+		r.Git = NewGitCache(git.Options{Timeout: 20 * time.Second}).Provider
+		return nil
+	})
+	ctx := context.Background()
+	ns := remoteEnv.Namespace(t, nil)
+	content := t.TempDir()
+	if err := os.WriteFile(filepath.Join(content, "cm.yaml"), []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {v: signed}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	gittest.Publish(t, root, "config", content)
+	url := gittest.Daemon(t, root) + "/config.git"
+	work := gittest.Clone(t, filepath.Join(root, "config.git"))
+	key := gittest.NewSSHKey(t)
+	signed := work.Commit("signed", key)
+
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "puller"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "git-keys"}, Data: map[string][]byte{"k.pub": []byte(key.Authorized)}},
+	} {
+		if err := remoteEnv.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms := newSync(ns, "verified", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{
+			URL: url, Ref: v1alpha1.GitRef{Branch: "main"},
+			Verify: &v1alpha1.GitVerification{SecretRef: v1alpha1.LocalObjectReference{Name: "git-keys"}},
+		}}},
+		Targets:            targets(ns),
+		ServiceAccountName: "puller",
+	})
+	remoteEnv.CreateSync(t, ms, timeout)
+	key0 := client.ObjectKeyFromObject(ms)
+	waitSync(t, key0, v1alpha1.ReasonSourceFailed, func(_ *v1alpha1.ManifestSync, msg string) error {
+		if !strings.Contains(msg, `source "repo": verify: secretRef `+ns+"/git-keys") || !strings.Contains(msg, "forbidden") ||
+			!strings.Contains(msg, `"system:serviceaccount:`+ns+`:puller"`) {
+			return fmt.Errorf("Ready message %q, want the keys' Secret forbidden to the account", msg)
+		}
+		return nil
+	})
+
+	for _, resource := range []string{"secrets", "configmaps"} {
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "puller-" + resource},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
+		}
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "puller-" + resource},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "puller"}},
+		}
+		for _, obj := range []client.Object{role, binding} {
+			if err := remoteEnv.Client.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitSync(t, key0, v1alpha1.ReasonSynced, func(ms *v1alpha1.ManifestSync, _ string) error {
+		if !strings.Contains(statusJSON(t, ms), signed) {
+			return fmt.Errorf("synced, not at the signed commit %s", signed)
+		}
+		return nil
+	})
 }
