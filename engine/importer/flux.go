@@ -16,7 +16,7 @@ import (
 const (
 	whyOCI           = "an OCIRepository is not a source of manifests here yet (issue 28 adds oci): nothing written for it"
 	whyBucket        = "a Bucket is not a source here: nothing written for it"
-	whyDecryption    = "no SOPS decryption yet (issue 28): the files are read as they are, encrypted"
+	whyDecryption    = "only the Secret's *.agekey entries (age) decrypt: OpenPGP keys (*.asc) and cloud KMS credentials in it are not used (docs/sops.md)"
 	whyKustomizeFile = "no equivalent on a ManifestSync: put it in a kustomization.yaml at the path (built as Flux builds it) or in a transform"
 	whyOneInterval   = "a ManifestSync has one interval, the Kustomization's or HelmRelease's (the git poll and the re-check); webhooks trigger a sync at once"
 )
@@ -105,7 +105,7 @@ func (in *inputs) kustomization(o *object) (*Imported, error) {
 		ms.Spec.HealthChecks = append(ms.Spec.HealthChecks, h)
 	}
 	o.drop("spec.healthChecks", "every object the ManifestSync applies is judged (with spec.wait); objects it does not apply cannot be awaited")
-	o.drop("spec.decryption", whyDecryption)
+	in.decryption(o, ms)
 	for _, f := range []string{"spec.images", "spec.namePrefix", "spec.nameSuffix", "spec.commonMetadata", "spec.components", "spec.ignoreMissingComponents", "spec.patchesStrategicMerge", "spec.patchesJson6902"} {
 		o.drop(f, whyKustomizeFile)
 	}
@@ -115,6 +115,29 @@ func (in *inputs) kustomization(o *object) (*Imported, error) {
 	im.Findings = append(im.Findings, gfind...)
 	im.Findings = append(im.Findings, o.findings...)
 	return im, nil
+}
+
+// decryption carries spec.decryption over: provider sops with its
+// secretRef decrypts with the Secret's *.agekey entries, as Flux's; what
+// else Flux decrypts with (OpenPGP, cloud KMS, Vault, a service account
+// for KMS) is not supported, and said so.
+func (in *inputs) decryption(o *object, ms *v1alpha1.ManifestSync) {
+	if _, ok := o.get("spec.decryption"); !ok {
+		return
+	}
+	o.read["spec.decryption"] = false
+	provider, name := o.str("spec.decryption.provider"), o.str("spec.decryption.secretRef.name")
+	switch {
+	case provider != "sops":
+		o.report("spec.decryption.provider", fmt.Sprintf("%q: only sops is supported: the files are read as they are", provider))
+	case name == "":
+		o.report("spec.decryption", "no secretRef: the age keys come from a Secret's *.agekey entries here (Flux could use a KMS without one): the files are read as they are")
+	default:
+		ms.Spec.Decryption = &v1alpha1.Decryption{Provider: "sops", SecretRef: v1alpha1.LocalObjectReference{Name: name}}
+		o.report("spec.decryption.secretRef", whyDecryption)
+	}
+	o.drop("spec.decryption.serviceAccountName", "no equivalent: cloud KMS keys are not supported, only age keys")
+	o.leftovers("spec.decryption")
 }
 
 // skip turns im into the findings of an object that gives no ManifestSync.
