@@ -80,6 +80,19 @@
 // the ref, and never contain a password or token. Hidden files and
 // directories, symbolic links and submodules are left out of snapshots.
 //
+// # Verification
+//
+// A source with verify (FetchVerified, Provider.Keys) is read only when
+// the commit it resolves to (mode HEAD), the annotated tag it reads (Tag)
+// or both (TagAndHEAD) carry a signature by one of the keys of its Secret
+// (ParseKeys: armored OpenPGP keys, authorized_keys lines): OpenPGP through
+// go-git's Commit.Verify and Tag.Verify, SSH (SSHSIG, namespace git)
+// through github.com/hiddeco/sshsig. The check runs before any file of the
+// commit is read; a failure is a *source.VerifyError naming the commit or
+// tag and the Secret, never a key. Verdicts are kept per object and keys,
+// and a fetch with verify shares nothing with one without it or with other
+// keys.
+//
 // # A local repository
 //
 // Commit reads one commit of a repository on disk from its objects alone,
