@@ -66,6 +66,9 @@ func TestSOPSDecryption(t *testing.T) {
 		t.Helper()
 		dir := t.TempDir()
 		for name, b := range files {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -75,6 +78,15 @@ func TestSOPSDecryption(t *testing.T) {
 	}
 	publish("good", map[string][]byte{"secret.yaml": enc, "cm.yaml": plainCM, "app.env": dotenv})
 	publish("tampered", map[string][]byte{"secret.yaml": tampered, "cm.yaml": plainCM})
+	// A kustomize overlay naming ../../base, whose Secret is encrypted:
+	// the repository's tree is decrypted too; another environment's
+	// file, encrypted for another key and not built, is left alone.
+	publish("kust", map[string][]byte{
+		"overlays/prod/kustomization.yaml": []byte("resources: [../../base]\nnamePrefix: prod-\n"),
+		"base/kustomization.yaml":          []byte("resources: [secret.yaml]\n"),
+		"base/secret.yaml":                 enc,
+		"staging/secret.yaml":              sopstest.Encrypt(t, "secret.yaml", []byte("password: staging-only\n"), wrong.Recipient),
+	})
 	base := gittest.Daemon(t, root)
 
 	for name, idn := range map[string]sopstest.Identity{"sops-age": id, "sops-wrong": wrong} {
@@ -87,8 +99,9 @@ func TestSOPSDecryption(t *testing.T) {
 	sync := func(name, repo, keys, account string) (*v1alpha1.ManifestSync, string) {
 		t.Helper()
 		target := remoteEnv.Namespace(t, nil)
+		repo, path, _ := strings.Cut(repo, ":")
 		ms := newSync(home, name, v1alpha1.ManifestSyncSpec{
-			Sources:            []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: base + "/" + repo + ".git"}}},
+			Sources:            []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: base + "/" + repo + ".git", Path: path}}},
 			Targets:            targets(target),
 			Decryption:         &v1alpha1.Decryption{Provider: "sops", SecretRef: v1alpha1.LocalObjectReference{Name: keys}},
 			ServiceAccountName: account,
@@ -125,6 +138,12 @@ func TestSOPSDecryption(t *testing.T) {
 	}
 	if _, ok := applied.Data["sops"]; ok || strings.Contains(string(applied.Data["password"]), "ENC[") {
 		t.Error("the applied Secret holds sops data")
+	}
+
+	kust, kustTarget := sync("kust", "kust:overlays/prod", "sops-age", "")
+	wait(kust, v1alpha1.ReasonSynced)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: kustTarget, Name: "prod-db"}, &applied); err != nil || string(applied.Data["password"]) != password {
+		t.Errorf("the Secret kustomize built from ../../base: %v, %q", err, applied.Data["password"])
 	}
 
 	// A script error that quotes a decrypted value of a non-Secret file
@@ -175,7 +194,7 @@ func TestSOPSDecryption(t *testing.T) {
 	}
 
 	// Nothing of the keys or the values anywhere.
-	for _, ms := range []*v1alpha1.ManifestSync{good, eval, wrongKey, tamper, nobody} {
+	for _, ms := range []*v1alpha1.ManifestSync{good, kust, eval, wrongKey, tamper, nobody} {
 		checkNoLeakRemote(t, ms, leaks)
 	}
 }
