@@ -118,6 +118,17 @@ spec:
 		t.Errorf("--source: exit %d: %s\n%s", code, errOut, out2)
 	}
 
+	// A copy beside the sync file wins too, and eval says so.
+	writeFiles(t, dir, map[string]string{"app/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: beside}\n"})
+	code, out2, errOut = evalJSON(sync)
+	if code != 0 || !strings.Contains(out2, `"name": "beside"`) || !strings.HasPrefix(inputRevision(t, out2, "app"), "local:app@sha256:") ||
+		!strings.Contains(errOut, `source "app": read from the local copy `+filepath.Join(dir, "app")+", not fetched from oci://"+reg.Addr+"/team/app") {
+		t.Errorf("a copy beside the sync file: exit %d: %s\n%s", code, errOut, out2)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "app")); err != nil {
+		t.Fatal(err)
+	}
+
 	// A wrong password.
 	writeFiles(t, dir, map[string]string{"regcreds.yaml": regcreds("wrong-pw-3391")})
 	code, _, errOut = evalJSON(sync)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,10 +113,10 @@ func readSourcesIn(ctx context.Context, t source.Tree, sf *engine.SyncFile, give
 	return snaps, nil
 }
 
-// localSources lists, one line each, the git sources read from a local
-// copy found beside the sync file, which replaces the revision the spec
-// pins; a copy given with --source is the user's explicit choice and is
-// not listed.
+// localSources lists, one line each, the git, oci, http and helm chart
+// sources read from a local copy found beside the sync file, which
+// replaces the revision the spec pins; a copy given with --source is the
+// user's explicit choice and is not listed.
 func localSources(sf *engine.SyncFile, snaps map[string]*engine.Snapshot, overrides []string) []string {
 	given := map[string]bool{}
 	for _, o := range overrides {
@@ -125,27 +126,42 @@ func localSources(sf *engine.SyncFile, snaps map[string]*engine.Snapshot, overri
 	var out []string
 	for _, s := range sf.Sync.Spec.Sources {
 		snap := snaps[s.Name]
-		if s.Git == nil && (s.Helm == nil || s.Helm.Chart == "") || given[s.Name] || snap == nil {
+		if s.Git == nil && s.OCI == nil && s.HTTP == nil && (s.Helm == nil || s.Helm.Chart == "") || given[s.Name] || snap == nil {
 			continue
 		}
 		// A chart's revision is CHART@VERSION@local:PATH@DIGEST; the
 		// digest of the source's refs may start either.
 		rev := source.OwnRevision(snap.Revision)
 		_, local, ok := strings.Cut(rev, source.LocalPrefix)
-		if !ok || s.Git != nil && !strings.HasPrefix(rev, source.LocalPrefix) {
+		if !ok || s.Helm == nil && !strings.HasPrefix(rev, source.LocalPrefix) {
 			continue
 		}
 		name, _, _ := strings.Cut(local, "@")
 		p := filepath.Join(filepath.Dir(sf.Name), name)
-		if s.Git != nil {
+		switch {
+		case s.Git != nil:
 			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s at %s",
 				s.Name, p, s.Git.URL, source.RefYAML(s.Git.Ref)))
-		} else {
+		case s.OCI != nil:
+			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s", s.Name, p, s.OCI.URL))
+		case s.HTTP != nil:
+			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not downloaded from %s", s.Name, p, redactURL(s.HTTP.URL)))
+		default:
 			out = append(out, fmt.Sprintf("source %q: read from the local copy %s, not fetched from %s (chart %s, version %q)",
 				s.Name, p, s.Helm.Repository, s.Helm.Chart, s.Helm.Version))
 		}
 	}
 	return out
+}
+
+// redactURL is raw without userinfo, query or fragment, as an http
+// source's errors show a URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(an http source's URL)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
 // conventionalPath is the local copy of source name beside a sync file in

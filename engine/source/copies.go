@@ -16,8 +16,8 @@ import (
 
 // Local is the CLI's provider: it reads a source from an override
 // (--source NAME=DIR|FILE|URL[@REF]), else from its copy beside the sync
-// file (NAME/ or NAME.yaml). A git source read from a local path has the
-// revision local:PATH@DIGEST (PATH as given, or the copy's name beside
+// file (NAME/ or NAME.yaml). A git, oci or http source read from a local
+// path has the revision local:PATH@DIGEST (PATH as given, or the copy's name beside
 // the sync file), so that the inputs show it is not the revision the spec
 // pins; a helm source's is CHART@VERSION@local:PATH@DIGEST, and the
 // dependencies its Chart.lock pins that its charts/ lacks are fetched. A
@@ -114,7 +114,7 @@ func (l *Local) readCopy(ctx context.Context, t Tree, r *Resolver, src *v1alpha1
 	if err != nil {
 		return nil, &LocalError{fmt.Errorf("source %q: %w", src.Name, err)}
 	}
-	if src.Git != nil || src.Helm != nil {
+	if src.Git != nil || src.Helm != nil || src.OCI != nil || src.HTTP != nil {
 		snap.Revision = LocalPrefix + filepath.ToSlash(shown) + "@" + snap.Revision
 	}
 	if src.Helm != nil && snap.Files != nil {
@@ -159,7 +159,8 @@ func readCheckout(src *v1alpha1.Source, dir string, snap *engine.Snapshot) error
 	return nil
 }
 
-// LocalPrefix starts the revision of a git source read from a local path.
+// LocalPrefix starts the revision of a git, oci or http source read from
+// a local path.
 const LocalPrefix = "local:"
 
 // readObjectSet reads an object set source from name, a file or a
