@@ -302,3 +302,77 @@ func TestCosignVerifierResolver(t *testing.T) {
 		t.Fatalf("a Cache without a Verifier: %v", err)
 	}
 }
+
+// cosign v3's default layout, a Sigstore bundle attached as an OCI
+// referrer (the registry here has no Referrers API: the referrers tag
+// sha256-HEX lists it): a bundle signed with a key of the Secret
+// verifies, also beside a legacy signature by another key; one signed by
+// another key, one whose statement names another digest, an attestation
+// of another predicate type, and a bundle declared larger than a
+// signature are refused (the last not downloaded).
+func TestCosignBundle(t *testing.T) {
+	reg := registrytest.StartWith(t, registrytest.Config{AccessLog: true})
+	repo, err := name.NewRepository(reg.Addr+"/app", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := oci.Source{URL: "oci://" + reg.Addr + "/app", Insecure: true}
+	alice, mallory := cosigntest.NewKey(t), cosigntest.NewKey(t)
+	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.Pub})
+	c := oci.New(oci.Limits{})
+	push := func(tag string) string {
+		return pushFiles(t, reg.Addr, tag, map[string][]byte{"a.yaml": []byte(tag + ": 1\n")})
+	}
+
+	signed := push("signed")
+	cosigntest.WriteBundle(t, repo, signed, cosigntest.Bundle(t, alice, cosigntest.Statement(signed, cosigntest.SignPredicateType)))
+	if err := c.VerifyCosign(ctx, src, signed, trusted); err != nil {
+		t.Fatalf("a bundle by the key: %v", err)
+	}
+
+	mixed := push("mixed")
+	cosigntest.Write(t, repo, mixed, cosigntest.SignDigest(t, mallory, repo.Digest(mixed)))
+	cosigntest.WriteBundle(t, repo, mixed, cosigntest.Bundle(t, alice, cosigntest.Statement(mixed, cosigntest.SignPredicateType)))
+	if err := c.VerifyCosign(ctx, src, mixed, trusted); err != nil {
+		t.Fatalf("a bundle by the key beside a legacy signature by another: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name, why string
+		bundle    func(digest string) []byte
+	}{
+		{"another key", "bundle 1: not signed by any of the keys", func(d string) []byte {
+			return cosigntest.Bundle(t, mallory, cosigntest.Statement(d, cosigntest.SignPredicateType))
+		}},
+		{"another digest", "bundle 1: signed by cosign.pub, but its subject is another digest", func(string) []byte {
+			return cosigntest.Bundle(t, alice, cosigntest.Statement(signed, cosigntest.SignPredicateType))
+		}},
+		{"an attestation", `an attestation of predicate type "https://slsa.dev/provenance/v1"`, func(d string) []byte {
+			return cosigntest.Bundle(t, alice, cosigntest.Statement(d, "https://slsa.dev/provenance/v1"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := push(strings.ReplaceAll(tc.name, " ", "-"))
+			cosigntest.WriteBundle(t, repo, d, tc.bundle(d))
+			err := c.VerifyCosign(ctx, src, d, trusted)
+			if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("got %v; want refused: %s", err, tc.why)
+			}
+			t.Log(err)
+		})
+	}
+
+	t.Run("huge bundle", func(t *testing.T) {
+		d := push("huge")
+		big := cosigntest.Bundle(t, alice, make([]byte, 100<<10)) // declared 130 KiB
+		cosigntest.WriteBundle(t, repo, d, big)
+		mark := len(reg.Log(t))
+		err := c.VerifyCosign(ctx, src, d, trusted)
+		if !errors.Is(err, oci.ErrNoTrustedSignature) || !strings.Contains(err.Error(), "not downloaded") {
+			t.Fatalf("got %v", err)
+		}
+		if got := requests(t, reg, mark); got["GET blobs"] != 0 {
+			t.Fatalf("a bundle over the limit was downloaded: %v", got)
+		}
+	})
+}
