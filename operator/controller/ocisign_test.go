@@ -25,8 +25,8 @@ import (
 
 // verify: {provider: cosign, secretRef} on an oci source, end to end
 // against Debian's docker-registry on loopback, as `engine operator` wires
-// it: an artifact signed with a cosign key (cosign's layout, see package
-// cosigntest) whose public key is in the Secret syncs; an unsigned one is
+// it: an artifact signed with a cosign key whose public key is in the
+// Secret syncs, in either of cosign's layouts (see package cosigntest); an unsigned one is
 // Ready False, reason SourceVerifyFailed, naming the artifact by digest
 // and the Secret, with nothing of it applied and none of its layers
 // downloaded. A tag moved to an unsigned artifact, then to one re-signed
@@ -126,6 +126,16 @@ func TestOCICosignVerify(t *testing.T) {
 	}
 	if v, err := version(liveTarget); err != nil || v != "1" {
 		t.Fatalf("the signed artifact's ConfigMap: %q, %v", v, err)
+	}
+
+	// cosign v3's default, a Sigstore bundle attached as a referrer:
+	// synced.
+	db := push("bundle", "bundle")
+	cosigntest.WriteBundle(t, repo, db, cosigntest.Bundle(t, alice, cosigntest.Statement(db, cosigntest.SignPredicateType)))
+	bundle, bundleTarget := sync("bundle", "bundle")
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(bundle), v1alpha1.ReasonSynced, timeout)
+	if v, err := version(bundleTarget); err != nil || v != "bundle" {
+		t.Fatalf("the bundle-signed artifact's ConfigMap: %q, %v", v, err)
 	}
 
 	// Unsigned: refused, nothing applied.
