@@ -774,6 +774,9 @@ func (e *evaluation) evaluateTarget(ctx context.Context, t target) *TargetResult
 		if err := normalize(o, t.namespace, scope); err != nil {
 			return fail(fmt.Errorf("object [%d]: %w", i, err))
 		}
+		if encryptedObject(o.Object) {
+			return fail(fmt.Errorf("%s: still SOPS-encrypted (it carries sops metadata): spec.decryption needs the age key it is encrypted for (docs/sops.md)", describe(o)))
+		}
 		if _, err := WaveOf(o); err != nil {
 			return fail(err) // it names the object
 		}

@@ -66,3 +66,18 @@ func addSecrets(red *redact.Redactor, v any) {
 		}
 	}
 }
+
+// encryptedObject reports whether obj is a manifest SOPS encrypted that
+// reached the output as it is: the sops metadata (with its MAC) that sops
+// writes at the top of the file. Applied, its values would be ciphertext
+// (and the metadata an unknown field): without spec.decryption, or a file
+// the keys did not open (one kustomize read from outside the source's
+// path), the target fails instead, as Flux's kustomize-controller does.
+func encryptedObject(obj map[string]any) bool {
+	md, ok := obj["sops"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = md["mac"]
+	return ok
+}
