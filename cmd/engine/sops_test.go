@@ -192,3 +192,31 @@ func TestSOPSDiffBase(t *testing.T) {
 		t.Errorf("diff --base without a key: exit %d:\n%s", code, stderr)
 	}
 }
+
+// engine diff against a cluster decrypts with the key as eval does: the
+// Secret it would create shows, its decrypted values masked.
+func TestSOPSDiffCluster(t *testing.T) {
+	env := needCluster(t)
+	const password = "pw-diff-2Wq7-unguessable"
+	id := sopstest.NewIdentity(t)
+	dir := sopsTree(t, id, password)
+	ns := env.Namespace(t, nil)
+	sync := strings.Replace(sopsSync, "{name: prod, namespace: prod}", "{name: prod, namespace: "+ns+"}", 1)
+	if err := os.WriteFile(filepath.Join(dir, "sync.yaml"), []byte(sync), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(sopsKeyFileEnv, "")
+	code, stdout, stderr := diff(t, dir, "--sops-age-key-file", filepath.Join(dir, "key.txt"))
+	if code != 1 || !strings.Contains(stdout, "Secret "+ns+"/db") || !strings.Contains(stdout, "password: '***") || strings.Contains(stdout, "ENC[") {
+		t.Errorf("exit %d, want 1 with the Secret created, decrypted and masked:\n%s%s", code, stdout, stderr)
+	}
+	for _, l := range []string{password, base64.StdEncoding.EncodeToString([]byte(password)), id.Secret} {
+		if strings.Contains(stdout+stderr, l) {
+			t.Errorf("the output shows %q", l)
+		}
+	}
+	code, _, stderr = diff(t, dir)
+	if code != exitUsage || !strings.Contains(stderr, "--sops-age-key-file") {
+		t.Errorf("no key: exit %d:\n%s", code, stderr)
+	}
+}
