@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/httpsrc"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/oci"
@@ -401,5 +402,25 @@ func writeHostile(t *testing.T, ref string, dockerConfig []byte, entries map[str
 	}
 	if err := remote.Write(r, img, opts...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The result label of an oci or http read says why it failed, from the
+// error values of package oci (which httpsrc's are).
+func TestOCIFetchResult(t *testing.T) {
+	for err, want := range map[error]string{
+		nil:                                              "success",
+		&source.PendingError{}:                           "pending",
+		fmt.Errorf("x: %w", oci.ErrUnauthorized):         "unauthorized",
+		fmt.Errorf("x: %w", oci.ErrNotFound):             "not_found",
+		fmt.Errorf("x: %w", httpsrc.ErrRefused):          "refused",
+		fmt.Errorf("x: %w", oci.ErrLimit):                "limit",
+		&source.VerifyError{Err: errors.New("unsigned")}: "verify_failed",
+		fmt.Errorf("x: %w", context.DeadlineExceeded):    "timeout",
+		errors.New("other"):                              "error",
+	} {
+		if got := ociFetchResult(err); got != want {
+			t.Errorf("%v: %q, want %q", err, got, want)
+		}
 	}
 }
