@@ -163,4 +163,18 @@ func TestHTTPSourceSyncs(t *testing.T) {
 	if err := remoteEnv.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-extra"}, &corev1.ConfigMap{}); err == nil {
 		t.Fatal("an object of the mismatched archive was applied")
 	}
+
+	// Once no ManifestSync names the archive, the sweeper lets it go.
+	if _, _, _, entries := cache.Stats(); entries != 1 {
+		t.Fatalf("%d archives held; want the last good one", entries)
+	}
+	if err := remoteEnv.Client.Delete(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if _, _, bytes, entries := cache.Stats(); entries != 0 || bytes != 0 {
+			return fmt.Errorf("%d archives, %d bytes held", entries, bytes)
+		}
+		return nil
+	})
 }

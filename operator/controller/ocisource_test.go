@@ -203,6 +203,17 @@ func TestOCISourceSyncs(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Once no ManifestSync names the artifact, the sweeper lets it go.
+	if err := remoteEnv.Client.Delete(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if _, _, bytes, entries := cache.Stats(); entries != 0 || bytes != 0 {
+			return fmt.Errorf("%d artifacts, %d bytes held", entries, bytes)
+		}
+		return nil
+	})
 }
 
 // What a hostile or wrong registry gets: a wrong password is SourceFailed
