@@ -74,7 +74,7 @@ type run struct {
 	// file is in Files and in Root).
 	memo   map[[32]byte]entry
 	values []string
-	n      int // encrypted files decrypted
+	n      int // distinct encrypted files (by content) decrypted
 }
 
 // candidate tells the files worth handing to sops: its metadata is
@@ -132,7 +132,8 @@ func (d *run) tree(ctx context.Context, files map[string][]byte, nameOf func(str
 // names it in errors (its path, extension kept, tells sops its format).
 func (d *run) file(p, shown string, data []byte) (plain []byte, ok bool, err error) {
 	key := fileKey(d.keysDigest, sops.FormatOf(p), data)
-	e, hit := d.memo[key]
+	e, seen := d.memo[key] // the same file in Files and Root counts once
+	hit := seen
 	if !hit && d.cache != nil {
 		e, hit = d.cache.get(key)
 	}
@@ -153,10 +154,12 @@ func (d *run) file(p, shown string, data []byte) (plain []byte, ok bool, err err
 	if e.plainFile {
 		return nil, false, nil // a plain file that says "sops"
 	}
-	if d.n++; d.n > sops.MaxFiles {
-		return nil, false, fmt.Errorf("more than %d encrypted files", sops.MaxFiles)
+	if !seen {
+		if d.n++; d.n > sops.MaxFiles {
+			return nil, false, fmt.Errorf("more than %d encrypted files", sops.MaxFiles)
+		}
+		d.values = append(d.values, e.values...)
 	}
-	d.values = append(d.values, e.values...)
 	return e.plain, true, nil
 }
 

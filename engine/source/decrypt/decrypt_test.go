@@ -256,3 +256,24 @@ func BenchmarkSOPS(b *testing.B) {
 		})
 	}
 }
+
+// At most sops.MaxFiles distinct encrypted files are decrypted: one in
+// both Files and Root counts once (as does one content under two names:
+// it is decrypted once).
+func TestSOPSMaxFiles(t *testing.T) {
+	id := sopstest.NewIdentity(t)
+	files := map[string][]byte{}
+	for i := range 600 {
+		files[fmt.Sprintf("s%d.yaml", i)] = sopstest.Encrypt(t, "s.yaml", fmt.Appendf(nil, "a: %d\n", i), id.Recipient)
+	}
+	snap := &engine.Snapshot{Files: files, Root: files}
+	if _, err := SOPS(keysOf(t, id), nil)(context.Background(), "app", snap); err != nil {
+		t.Fatalf("600 files in Files and Root: %v", err)
+	}
+	for i := 600; i <= sops.MaxFiles; i++ {
+		files[fmt.Sprintf("s%d.yaml", i)] = sopstest.Encrypt(t, "s.yaml", fmt.Appendf(nil, "a: %d\n", i), id.Recipient)
+	}
+	if _, err := SOPS(keysOf(t, id), nil)(context.Background(), "app", snap); err == nil || !strings.Contains(err.Error(), "more than 1000 encrypted files") {
+		t.Fatalf("%d files: err = %v", len(files), err)
+	}
+}
