@@ -376,3 +376,53 @@ func TestCosignBundle(t *testing.T) {
 		}
 	})
 }
+
+// A referrers index of too many Sigstore bundles is refused before any of
+// them is read; a hostile signature manifest does not hide a good bundle.
+func TestCosignHostileReferrers(t *testing.T) {
+	reg := registrytest.StartWith(t, registrytest.Config{AccessLog: true})
+	repo, err := name.NewRepository(reg.Addr+"/app", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := oci.Source{URL: "oci://" + reg.Addr + "/app", Insecure: true}
+	alice := cosigntest.NewKey(t)
+	trusted := keysOf(t, map[string][]byte{"cosign.pub": alice.Pub})
+	c := oci.New(oci.Limits{})
+
+	d := pushFiles(t, reg.Addr, "many", map[string][]byte{"a.yaml": []byte("a: 1\n")})
+	// The registry requires an index's manifests to exist: each entry
+	// names the artifact's own manifest, as a bundle.
+	self, err := remote.Head(repo.Digest(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
+	for range 300 {
+		idx.Manifests = append(idx.Manifests, v1.Descriptor{MediaType: self.MediaType, Size: self.Size, Digest: self.Digest, ArtifactType: cosigntest.BundleMediaType})
+	}
+	raw, _ := json.Marshal(idx)
+	if err := remote.Put(repo.Tag(strings.Replace(d, ":", "-", 1)), rawManifest{raw, types.OCIImageIndex}); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(reg.Log(t))
+	err = c.VerifyCosign(ctx, src, d, trusted)
+	if !errors.Is(err, oci.ErrLimit) || !strings.Contains(err.Error(), "300 Sigstore bundles, more than 256") {
+		t.Fatalf("got %v", err)
+	}
+	if got := requests(t, reg, mark); got["GET blobs"] != 0 || got["GET manifests"] > 2 {
+		t.Fatalf("bundles of a refused index were read: %v", got)
+	}
+
+	// 300 legacy layers (refused) beside a good bundle: verified.
+	g := pushFiles(t, reg.Addr, "good", map[string][]byte{"a.yaml": []byte("a: 2\n")})
+	sigs := make([]cosigntest.Signature, 300)
+	for i := range sigs {
+		sigs[i] = cosigntest.SignDigest(t, alice, repo.Digest(g))
+	}
+	cosigntest.Write(t, repo, g, sigs...)
+	cosigntest.WriteBundle(t, repo, g, cosigntest.Bundle(t, alice, cosigntest.Statement(g, cosigntest.SignPredicateType)))
+	if err := c.VerifyCosign(ctx, src, g, trusted); err != nil {
+		t.Fatalf("a good bundle beside a refused signature manifest: %v", err)
+	}
+}
