@@ -159,6 +159,11 @@ func TestSOPSDecryption(t *testing.T) {
 	if msg := wait(eval, v1alpha1.ReasonEvalFailed); !strings.Contains(msg, "***") {
 		t.Errorf("EvalFailed %q: want the value quoted, masked", msg)
 	}
+	// good's and eval's resyncs decrypted the same commit with the same
+	// keys: from the cache.
+	if _, _, hits := decryptCache.Stats(); hits == 0 {
+		t.Error("no decryption came from the cache")
+	}
 
 	// A wrong key: the source fails naming the file and the key group;
 	// nothing is applied.
