@@ -47,8 +47,7 @@ func SOPS(keys sops.Keys, cache *Cache) Func {
 	kd := keysDigest(keys)
 	return func(ctx context.Context, name string, snap *engine.Snapshot) (*engine.Snapshot, error) {
 		d := &run{keys: keys, keysDigest: kd, cache: cache, memo: map[[32]byte]entry{}}
-		out := *snap
-		out.Pending = snap.Pending
+		out := *snap // Revision, Time, Origin, Refs, Pending: snap's
 		files, err := d.tree(ctx, snap.Files, func(p string) string { return snap.FileName(name, p) }, true)
 		if err != nil {
 			return nil, fmt.Errorf("source %q: %w", name, err)
