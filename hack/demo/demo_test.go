@@ -219,6 +219,9 @@ func checkDiffsClean(ctx context.Context, t *testing.T, d *demo) {
 		if local == 0 {
 			continue // dr-namespace: its one target is a remote cluster's
 		}
+		if ex.ms.Spec.Decryption != nil { // sops-secret: its demo key
+			args = append(args, "--sops-age-key-file", filepath.Join("examples", ex.ms.Name, "demo.agekey"))
+		}
 		cmd := exec.CommandContext(ctx, d.engine, args...)
 		cmd.Dir = d.root
 		if out, err := cmd.CombinedOutput(); err != nil {

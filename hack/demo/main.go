@@ -581,7 +581,28 @@ func prepareExample(ctx context.Context, c client.Client, dir, applied, repos, g
 			return example{}, fmt.Errorf("source %q: %w", src.Name, err)
 		}
 	}
+	if d := ms.Spec.Decryption; d != nil {
+		// The example's age key, demo.agekey beside sync.yaml, in the
+		// Secret spec.decryption names, as its *.agekey entry.
+		if err := createAgeKeySecret(ctx, c, ms.Namespace, d.SecretRef.Name, filepath.Join(dir, "demo.agekey")); err != nil {
+			return example{}, fmt.Errorf("spec.decryption: %w", err)
+		}
+	}
 	return ex, nil
+}
+
+// createAgeKeySecret creates the Secret name in namespace holding the age
+// identity file as its identity.agekey entry.
+func createAgeKeySecret(ctx context.Context, c client.Client, namespace, name, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: map[string][]byte{"identity.agekey": b}}
+	if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("Secret %s/%s: %w", namespace, name, err)
+	}
+	return nil
 }
 
 // labelNamespaces makes the namespaces the namespaceSelector target t of
