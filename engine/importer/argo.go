@@ -22,7 +22,7 @@ const (
 	inClusterName   = "in-cluster"
 )
 
-// application converts an Argo CD Application: its sources become git or
+// application converts an Argo CD Application: its sources become git, oci or
 // helm sources ("repo", "chart", or their own names), its destination the
 // one target, its sync policy the ManifestSync's policy.
 func (in *inputs) application(o *object, opts Options) (*Imported, error) {
@@ -125,7 +125,14 @@ func (a *appSources) source(f string) error {
 		a.out = append(a.out, v1alpha1.Source{Name: name, Helm: h})
 		return a.helm(f, h, "")
 	}
-	g := &v1alpha1.GitSource{URL: repoURL, Ref: gitRef(rev)}
+	// An oci:// repoURL without a chart is an OCI artifact of manifests
+	// (Argo CD 3.1): an oci source, read as a git source would be.
+	src := func(p string) v1alpha1.Source {
+		if strings.HasPrefix(repoURL, "oci://") {
+			return v1alpha1.Source{Name: name, OCI: &v1alpha1.OCISource{URL: repoURL, Ref: ociRef(rev), Path: p}}
+		}
+		return v1alpha1.Source{Name: name, Git: &v1alpha1.GitSource{URL: repoURL, Ref: gitRef(rev), Path: p}}
+	}
 	repo := a.opts.Repos[repoURL]
 	isChart := o.has(f + ".helm")
 	if !isChart && repo != nil && o.has(f+".path") {
@@ -137,17 +144,16 @@ func (a *appSources) source(f string) error {
 	}
 	switch {
 	case isChart:
-		a.out = append(a.out, v1alpha1.Source{Name: name, Git: g})
+		a.out = append(a.out, src(""))
 		h := &v1alpha1.HelmSource{Source: name, Path: p}
 		chartName := a.name("", "chart")
 		a.out = append(a.out, v1alpha1.Source{Name: chartName, Helm: h})
 		return a.helm(f, h, name)
 	case !o.has(f+".path") && o.has(f+".ref"):
 		// Only read for $ref values files.
-		a.out = append(a.out, v1alpha1.Source{Name: name, Git: g})
+		a.out = append(a.out, src(""))
 	default:
-		g.Path = p
-		a.out = append(a.out, v1alpha1.Source{Name: name, Git: g})
+		a.out = append(a.out, src(p))
 		a.directory(f, repo, p)
 	}
 	for _, k := range []string{"namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations", "commonAnnotationsEnvsubst", "forceCommonLabels", "forceCommonAnnotations", "replicas", "patches", "components", "namespace", "version", "kubeVersion", "apiVersions", "labelWithoutSelector", "ignoreMissingComponents"} {
@@ -296,6 +302,21 @@ func gitRef(rev string) v1alpha1.GitRef {
 		return v1alpha1.GitRef{Tag: rev}
 	}
 	return v1alpha1.GitRef{Branch: rev}
+}
+
+// ociRef is the reference of an Argo CD targetRevision of an OCI
+// artifact: a sha256 digest, a semver range, or a tag (none, or HEAD, is
+// the tag latest).
+func ociRef(rev string) v1alpha1.OCIRef {
+	switch {
+	case rev == "" || rev == "HEAD":
+		return v1alpha1.OCIRef{}
+	case strings.HasPrefix(rev, "sha256:"):
+		return v1alpha1.OCIRef{Digest: rev}
+	case rangeRE.MatchString(rev):
+		return v1alpha1.OCIRef{SemVer: rev}
+	}
+	return v1alpha1.OCIRef{Tag: rev}
 }
 
 // destination is the target of an Application's destination: this

@@ -14,16 +14,18 @@ import (
 
 // Why Flux fields have no equivalent; the same words for every object.
 const (
-	whyOCI           = "an OCIRepository is not a source of manifests here yet (issue 28 adds oci): nothing written for it"
-	whyBucket        = "a Bucket is not a source here: nothing written for it"
+	whyBucket        = "a Bucket is not a source here (no S3 or cloud storage source): nothing written for it; push its files as an OCI artifact (engine push) and read them with an oci source"
 	whyDecryption    = "only the Secret's *.agekey entries (age) decrypt: OpenPGP keys (*.asc) and cloud KMS credentials in it are not used (docs/sops.md)"
 	whyKustomizeFile = "no equivalent on a ManifestSync: put it in a kustomization.yaml at the path (built as Flux builds it) or in a transform"
-	whyOneInterval   = "a ManifestSync has one interval, the Kustomization's or HelmRelease's (the git poll and the re-check); webhooks trigger a sync at once"
+	whyIgnore        = "no equivalent: every YAML file under the path is read (a kustomization.yaml at the path chooses its resources)"
+	whySuspend       = "the ManifestSync's suspend is the Kustomization's or HelmRelease's"
+	whyOneInterval   = "a ManifestSync has one interval, the Kustomization's or HelmRelease's (the poll of its sources and the re-check); webhooks trigger a sync at once"
 )
 
-// kustomization converts a Flux Kustomization: its GitRepository becomes
-// a git source (named after it) at the Kustomization's path, built and
-// substituted as Flux builds it, and one target.
+// kustomization converts a Flux Kustomization: its GitRepository or
+// OCIRepository becomes a git or oci source (named after it) at the
+// Kustomization's path, built and substituted as Flux builds it, and one
+// target.
 func (in *inputs) kustomization(o *object) (*Imported, error) {
 	ms := newSync(o.name, o.namespace)
 	im := &Imported{From: []string{o.String()}, Sync: ms}
@@ -36,18 +38,6 @@ func (in *inputs) kustomization(o *object) (*Imported, error) {
 		return nil, o.errorf("spec.sourceRef", "names %s %s/%s, which is not among the objects given: give it too (its file, or --from-cluster)", kind, ns, name)
 	}
 	in.used[src.key()] = true
-	switch kind {
-	case "OCIRepository":
-		o.report("spec.sourceRef", whyOCI)
-		return in.skip(im, o), nil
-	case "Bucket":
-		o.report("spec.sourceRef", whyBucket)
-		return in.skip(im, o), nil
-	case "GitRepository":
-	default:
-		return nil, o.errorf("spec.sourceRef.kind", "%s is not a Flux source kind", kind)
-	}
-	g, gfind := in.gitRepository(src, o.namespace, o.str("spec.interval"))
 	p := cleanPath(o.str("spec.path"))
 	var b v1alpha1.Build
 	b.Substitute = o.stringMap("spec.postBuild.substitute")
@@ -58,12 +48,35 @@ func (in *inputs) kustomization(o *object) (*Imported, error) {
 		}
 		b.SubstituteFrom = append(b.SubstituteFrom, r)
 	}
-	// The path is built in the whole repository, as Flux builds it: a
-	// kustomization there may name ../base, and without one each topmost
-	// directory below that holds one is built, as Flux's generated
-	// kustomization names them.
-	g.Path, g.Build = p, b
-	ms.Spec.Sources = []v1alpha1.Source{{Name: dnsLabel(src.name, "repo"), Git: g}}
+	// The path is built in the whole repository (or artifact), as Flux
+	// builds it: a kustomization there may name ../base, and without one
+	// each topmost directory below that holds one is built, as Flux's
+	// generated kustomization names them.
+	var srcFindings []Finding
+	switch kind {
+	case "GitRepository":
+		g, gfind := in.gitRepository(src, o.namespace, o.str("spec.interval"))
+		g.Path, g.Build = p, b
+		ms.Spec.Sources = []v1alpha1.Source{{Name: dnsLabel(src.name, "repo"), Git: g}}
+		srcFindings = gfind
+	case "OCIRepository":
+		oci, ofind, refused := in.ociRepository(src, o.namespace, o.str("spec.interval"))
+		if refused != "" {
+			// A verification that cannot be carried over: a ManifestSync
+			// without it would apply artifacts Flux refuses.
+			o.report("spec.sourceRef", refused)
+			im.Sync, im.Findings = nil, append(ofind, o.findings...)
+			return im, nil
+		}
+		oci.Path, oci.Build = p, b
+		ms.Spec.Sources = []v1alpha1.Source{{Name: dnsLabel(src.name, "repo"), OCI: oci}}
+		srcFindings = ofind
+	case "Bucket":
+		o.report("spec.sourceRef", whyBucket)
+		return in.skip(im, o), nil
+	default:
+		return nil, o.errorf("spec.sourceRef.kind", "%s is not a Flux source kind", kind)
+	}
 	in.common(o, ms, "spec.targetNamespace")
 	prune := o.boolean("spec.prune", false)
 	ms.Spec.Policy.Prune = &prune
@@ -112,7 +125,7 @@ func (in *inputs) kustomization(o *object) (*Imported, error) {
 	o.drop("spec.force", "no equivalent: an object whose immutable fields change is not recreated")
 	o.drop("spec.retryInterval", "the operator retries a failed sync with its own backoff")
 	o.leftovers("spec")
-	im.Findings = append(im.Findings, gfind...)
+	im.Findings = append(im.Findings, srcFindings...)
 	im.Findings = append(im.Findings, o.findings...)
 	return im, nil
 }
@@ -210,14 +223,109 @@ func (in *inputs) gitRepository(src *object, ns, interval string) (*v1alpha1.Git
 	if i := s.str("spec.interval"); i != "" && i != interval {
 		s.report("spec.interval", whyOneInterval)
 	}
+	if s.has("spec.verify") {
+		g.Verify = gitVerification(s, g, ns)
+	}
 	s.drop("spec.timeout", "the operator bounds a fetch itself")
-	s.drop("spec.ignore", "no equivalent: every YAML file under the path is read (a kustomization.yaml at the path chooses its resources)")
-	for _, f := range []string{"spec.include", "spec.recurseSubmodules", "spec.verify", "spec.proxySecretRef", "spec.provider", "spec.sparseCheckout"} {
+	s.drop("spec.ignore", whyIgnore)
+	for _, f := range []string{"spec.include", "spec.recurseSubmodules", "spec.proxySecretRef", "spec.provider", "spec.sparseCheckout"} {
 		s.drop(f, "no equivalent")
 	}
-	s.drop("spec.suspend", "the ManifestSync's suspend is the Kustomization's or HelmRelease's")
+	s.drop("spec.suspend", whySuspend)
 	s.leftovers("spec")
 	return g, s.findings
+}
+
+// gitVerification is a GitRepository's spec.verify: the same modes (the
+// lowercase head of source.toolkit.fluxcd.io/v1beta2 is HEAD, as Flux
+// reads it) and the same Secret of public keys. A mode it does not know
+// is written as it is, so that validation refuses it rather than the
+// source losing its verification.
+func gitVerification(s *object, g *v1alpha1.GitSource, ns string) *v1alpha1.GitVerification {
+	v := &v1alpha1.GitVerification{Mode: s.str("spec.verify.mode")}
+	if v.Mode == "head" {
+		v.Mode = "HEAD"
+	}
+	v.SecretRef.Name = s.str("spec.verify.secretRef.name")
+	if v.SecretRef.Name != "" && s.namespace != ns {
+		s.report("spec.verify.secretRef", fmt.Sprintf("the ManifestSync reads Secret %s from its own namespace %s, not %s: copy it there", v.SecretRef.Name, ns, s.namespace))
+	}
+	if (v.Mode == "Tag" || v.Mode == "TagAndHEAD") && g.Ref.Tag == "" && g.Ref.SemVer == "" {
+		s.report("spec.verify.mode", fmt.Sprintf("%s verifies the tag read: here the source fails (SourceVerifyFailed) unless its ref is a tag or a semver range", v.Mode))
+	}
+	s.leftovers("spec.verify")
+	return v
+}
+
+// ociRepository is the oci source of a Flux OCIRepository, for a
+// ManifestSync of namespace ns, and the findings of its fields. The same
+// reference (digest, else the highest tag of the semver range its
+// semverFilter lets through, else the tag, latest by default), the same
+// dockerconfigjson Secret, layer selection and cosign keys. refused, when
+// not empty, says why nothing may be written: a verification with no
+// equivalent (keyless, notation), without which the ManifestSync would
+// apply artifacts Flux refuses.
+func (in *inputs) ociRepository(src *object, ns, interval string) (oci *v1alpha1.OCISource, findings []Finding, refused string) {
+	s := src.fresh()
+	oci = &v1alpha1.OCISource{URL: s.str("spec.url")}
+	oci.Ref = v1alpha1.OCIRef{
+		Tag:          s.str("spec.ref.tag"),
+		SemVer:       s.str("spec.ref.semver"),
+		SemVerFilter: s.str("spec.ref.semverFilter"),
+		Digest:       s.str("spec.ref.digest"),
+	}
+	copyHint := func(field, sec string) {
+		if sec != "" && s.namespace != ns {
+			s.report(field, fmt.Sprintf("the ManifestSync reads Secret %s from its own namespace %s, not %s: copy it there", sec, ns, s.namespace))
+		}
+	}
+	if sec := s.str("spec.secretRef.name"); sec != "" {
+		oci.SecretRef = &v1alpha1.LocalObjectReference{Name: sec}
+		copyHint("spec.secretRef", sec)
+	}
+	oci.Insecure = s.boolean("spec.insecure", false)
+	if s.has("spec.layerSelector") {
+		oci.LayerSelector = &v1alpha1.OCILayerSelector{
+			MediaType: s.str("spec.layerSelector.mediaType"),
+			Operation: s.str("spec.layerSelector.operation"),
+		}
+	}
+	if s.has("spec.verify") {
+		provider := cmp.Or(s.str("spec.verify.provider"), "cosign")
+		sec := s.str("spec.verify.secretRef.name")
+		switch {
+		case provider != "cosign":
+			refused = fmt.Sprintf("OCIRepository %s verifies with %s, which has no equivalent (an oci source verifies cosign keys): nothing written for it, as the artifacts would be read unverified", s.name, provider)
+			s.report("spec.verify.provider", fmt.Sprintf("%q has no equivalent: an oci source verifies cosign signatures with public keys", provider))
+		case sec == "":
+			refused = fmt.Sprintf("OCIRepository %s verifies keyless (cosign with OIDC identities), which has no equivalent: nothing written for it, as the artifacts would be read unverified; give it a Secret of cosign public keys (verify.secretRef) and import again", s.name)
+			s.drop("spec.verify.matchOIDCIdentity", "no equivalent: keyless verification (Fulcio certificates, Rekor) is not supported, only cosign public keys")
+			s.report("spec.verify", "no secretRef: keyless verification is not supported, only cosign public keys (a Secret's *.pub entries)")
+		default:
+			oci.Verify = &v1alpha1.OCIVerification{Provider: "cosign", SecretRef: v1alpha1.LocalObjectReference{Name: sec}}
+			copyHint("spec.verify.secretRef", sec)
+			s.drop("spec.verify.matchOIDCIdentity", "not used with keys: Flux matches identities only for keyless signatures")
+		}
+		s.leftovers("spec.verify")
+	}
+	if i := s.str("spec.interval"); i != "" && i != interval {
+		s.report("spec.interval", whyOneInterval)
+	}
+	switch p := s.str("spec.provider"); p {
+	case "", "generic":
+	default:
+		s.report("spec.provider", fmt.Sprintf("%q has no equivalent: the registry's credentials are secretRef's dockerconfigjson", p))
+	}
+	s.dropAll("", unmapped{
+		{"spec.timeout", "the operator bounds a fetch itself"},
+		{"spec.ignore", whyIgnore},
+		{"spec.certSecretRef", "no equivalent: the system's CA certificates are trusted"},
+		{"spec.proxySecretRef", "no equivalent"},
+		{"spec.serviceAccountName", "no equivalent: the registry's credentials are secretRef's (not a service account's imagePullSecrets): name that Secret there"},
+		{"spec.suspend", whySuspend},
+	})
+	s.leftovers("spec")
+	return oci, s.findings, refused
 }
 
 // cleanPath is a Flux or Argo CD path inside a repository as a source

@@ -9,7 +9,7 @@ import (
 // FuzzImport: whatever the YAML, Decode and Import return an error or a
 // result, never panic.
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"flux.yaml", "argo.yaml"} {
+	for _, name := range []string{"flux.yaml", "argo.yaml", "oci.yaml"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -31,7 +31,7 @@ func FuzzImport(f *testing.F) {
 // object with a value of each other type: Import returns an error or a
 // result, never panics.
 func TestWrongTypes(t *testing.T) {
-	objs := load(t, "flux.yaml", "argo.yaml")
+	objs := load(t, "flux.yaml", "argo.yaml", "oci.yaml")
 	var paths [][]any
 	for i, o := range objs {
 		walkPaths(o.Content, []any{i}, &paths)
@@ -42,7 +42,7 @@ func TestWrongTypes(t *testing.T) {
 	n := 0
 	for _, p := range paths {
 		for _, v := range []any{float64(7), "x", []any{float64(1)}, map[string]any{"a": "b"}, nil} {
-			c := load(t, "flux.yaml", "argo.yaml")
+			c := load(t, "flux.yaml", "argo.yaml", "oci.yaml")
 			setPath(c[p[0].(int)].Content, p[1:], v)
 			func() {
 				defer func() {

@@ -152,7 +152,7 @@ func Import(objs []Object, opts Options) (*Result, error) {
 				add(im, nil)
 			}
 		case fluxSourceGroup + "/GitRepository", fluxSourceGroup + "/OCIRepository",
-			fluxSourceGroup + "/HelmRepository", fluxSourceGroup + "/HelmChart":
+			fluxSourceGroup + "/HelmRepository", fluxSourceGroup + "/HelmChart", fluxSourceGroup + "/Bucket":
 			// Read through the objects that use them.
 		case "/Secret":
 			if !isArgoCluster(o) {
@@ -376,16 +376,18 @@ func splitWhere(w string) (string, int) {
 	return w[:i], n
 }
 
-// dropEmptyRefs removes "ref: {}" (the remote's HEAD) from the git
-// sources of a ManifestSync as JSON values.
+// dropEmptyRefs removes "ref: {}" (the remote's HEAD, the tag latest)
+// from the git and oci sources of a ManifestSync as JSON values.
 func dropEmptyRefs(m map[string]any) {
 	spec, _ := m["spec"].(map[string]any)
 	srcs, _ := spec["sources"].([]any)
 	for _, s := range srcs {
 		sm, _ := s.(map[string]any)
-		if g, ok := sm["git"].(map[string]any); ok {
-			if r, ok := g["ref"].(map[string]any); ok && len(r) == 0 {
-				delete(g, "ref")
+		for _, kind := range []string{"git", "oci"} {
+			if g, ok := sm[kind].(map[string]any); ok {
+				if r, ok := g["ref"].(map[string]any); ok && len(r) == 0 {
+					delete(g, "ref")
+				}
 			}
 		}
 	}

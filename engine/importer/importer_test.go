@@ -82,6 +82,7 @@ func TestGolden(t *testing.T) {
 	for _, c := range []struct{ in, out string }{
 		{"flux.yaml", "flux.golden.yaml"},
 		{"argo.yaml", "argo.golden.yaml"},
+		{"oci.yaml", "oci.golden.yaml"},
 	} {
 		t.Run(c.in, func(t *testing.T) {
 			res, err := Import(load(t, c.in), Options{Repos: checkout()})
