@@ -132,8 +132,10 @@ func fluxObject(t *testing.T, file, kind, name string) unstructured.Unstructured
 // plain directory; its build; its post-build substitution reading the
 // ConfigMap of substituteFrom). web builds an overlay over ../base, with
 // substitute over substituteFrom and a ${var:=default}; infra is a plain
-// directory. The fields import reports as not carried over (images,
-// decryption) are left out of the original for the comparison.
+// directory. The field import reports as not carried over (images) is
+// left out of the original for the comparison, and so is decryption, which
+// import carries over: web's sync file then needs an age key (its files
+// are plain, so any key reads them as they are).
 func TestImportFluxRendersAsFlux(t *testing.T) {
 	out := importTo(t, "flux.yaml")
 	vars := &corev1.ConfigMap{Data: map[string]string{"domain": "example.org", "cluster_env": "from-configmap"}}
@@ -161,6 +163,7 @@ func TestImportFluxRendersAsFlux(t *testing.T) {
 		{"infra", "infra", filepath.Join(repo, "infra")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SOPS_AGE_KEY_FILE", filepath.Join("..", "..", "examples", "sops-secret", "demo.agekey"))
 			got := evalObjects(t, filepath.Join(out, "flux-system", tc.name+".yaml"), "platform="+tc.source)
 
 			ks := fluxObject(t, "flux.yaml", "Kustomization", tc.name)
