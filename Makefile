@@ -92,12 +92,12 @@ lint: $(GOLANGCI_LINT) ## Run gofmt, go vet and golangci-lint.
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
-	$(CONTROLLER_GEN) object paths=./operator/api/...
+	$(CONTROLLER_GEN) object paths=./api/...
 	hack/gen-k8s-schemas.sh
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD into operator/config/crd, and copy it and the alert rules into the chart.
-	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./operator/api/... output:crd:artifacts:config=operator/config/crd/bases
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=operator/config/crd/bases
 	rm -f operator/chart/crds/*.yaml
 	cp operator/config/crd/bases/*.yaml operator/chart/crds/
 	cp operator/config/monitoring/rules.yaml operator/chart/files/prometheus-rules.yaml

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/lang/cue"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // inlineCUEFile is the file an inline CUE transform is compiled from.

@@ -3,7 +3,7 @@ package engine
 import (
 	"strings"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 // SyncRef names a ManifestSync. The operator and engine vet both find

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 // graph parses "a->b a->c b->a" (names in namespace ns) into a deps func

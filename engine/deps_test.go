@@ -50,8 +50,11 @@ func listPackages(t *testing.T) map[string]*listedPackage {
 // layerOf is the place of a package of this module in DESIGN.md §1's
 // direction, schemas, lang <- stdlib <- engine <- operator <- cmd: a
 // package may import packages of its own layer or lower ones. The API types
-// (operator/api) are data shared by every layer above lang, so they sit with
-// schemas. Packages outside the direction (bench, hack, examples) give -1.
+// (api/, at the root as Flux keeps them) are data shared by every layer
+// above lang, so they sit with schemas. The packaged sources (oci, httpsrc)
+// sit with helm, above the engine whose seams they fill; sops is a leaf the
+// engine's decrypter imports. Packages outside the direction (bench, hack,
+// examples) give -1.
 func layerOf(pkg string) int {
 	rel, ok := strings.CutPrefix(pkg, module+"/")
 	if !ok {
@@ -61,8 +64,8 @@ func layerOf(pkg string) int {
 		dir   string
 		layer int
 	}{
-		{"schemas", 0}, {"lang", 0}, {"operator/api", 0},
-		{"stdlib", 1}, {"engine", 2}, {"helm", 3}, {"operator", 3}, {"cmd", 4},
+		{"schemas", 0}, {"lang", 0}, {"api", 0}, {"sops", 0},
+		{"stdlib", 1}, {"engine", 2}, {"helm", 3}, {"oci", 3}, {"httpsrc", 3}, {"operator", 3}, {"cmd", 4},
 	} {
 		if rel == l.dir || strings.HasPrefix(rel, l.dir+"/") {
 			return l.layer
@@ -179,16 +182,16 @@ func TestLayersPointDown(t *testing.T) {
 
 func TestLayerOf(t *testing.T) {
 	for pkg, want := range map[string]int{
-		module + "/lang/cue":              0,
-		module + "/schemas":               0,
-		module + "/operator/api/v1alpha1": 0,
-		module + "/stdlib":                1,
-		module + "/engine/source/git":     2,
-		module + "/helm/charts":           3,
-		module + "/operator/controller":   3,
-		module + "/cmd/engine":            4,
-		module + "/bench/w4":              -1,
-		"k8s.io/client-go/rest":           -1,
+		module + "/lang/cue":            0,
+		module + "/schemas":             0,
+		module + "/api/v1alpha1":        0,
+		module + "/stdlib":              1,
+		module + "/engine/source/git":   2,
+		module + "/helm/charts":         3,
+		module + "/operator/controller": 3,
+		module + "/cmd/engine":          4,
+		module + "/bench/w4":            -1,
+		"k8s.io/client-go/rest":         -1,
 	} {
 		if got := layerOf(pkg); got != want {
 			t.Errorf("layerOf(%s) = %d, want %d", pkg, got, want)

@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Without a transform, every target's copy of an input shares the parts

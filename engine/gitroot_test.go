@@ -6,9 +6,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/lang/kustomize"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // A git source at overlays/production, whose overlay names ../../base,

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/lang/kustomize"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // KustomizeBuild runs `kustomize build` over dir of a snapshot, entirely in

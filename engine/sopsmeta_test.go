@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // A manifest that is still SOPS-encrypted (no spec.decryption, or a file

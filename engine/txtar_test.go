@@ -14,9 +14,9 @@ import (
 	"github.com/rogpeppe/go-internal/txtar"
 	"sigs.k8s.io/yaml"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 var update = flag.Bool("update", false, "rewrite the out/ files of testdata/*.txtar")

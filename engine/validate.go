@@ -8,8 +8,8 @@ import (
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/health"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 var (

@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/held"
 	"github.com/manifestsync/manifestsync/oci"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Keys of the Secret an http source's secretRef names.

@@ -17,11 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/oci"
 	"github.com/manifestsync/manifestsync/oci/cosigntest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 func keysOf(t testing.TB, data map[string][]byte) []oci.NamedVerifier {

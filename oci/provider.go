@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/held"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // DockerConfigKey is the entry of a kubernetes.io/dockerconfigjson Secret

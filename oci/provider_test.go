@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 	"github.com/manifestsync/manifestsync/oci"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // secretsOf serves the Secrets of a test by name.

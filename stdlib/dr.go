@@ -10,8 +10,8 @@ import (
 	"go.starlark.net/starlarkstruct"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // DR is the Starlark module dr: what a standby (disaster recovery)

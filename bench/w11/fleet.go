@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // The fleet the UI shows: syncs ManifestSyncs spread over namespaces, each

@@ -29,10 +29,10 @@ import (
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/worker"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 //go:embed render.star

@@ -20,8 +20,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 const costWorkload = "W12 cost"

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // W10 is Helm at scale (issue 26): 1,000 ManifestSyncs, each of one helm

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // W8 is the memory of an object set fan-out (issue 16): the source

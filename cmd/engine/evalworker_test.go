@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/worker"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // TestEvalWorkerCommand runs evaluations in `engine eval-worker`

@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/importer"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 type importFlags struct {

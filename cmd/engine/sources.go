@@ -12,13 +12,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/httpsrc"
 	"github.com/manifestsync/manifestsync/oci"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // resolveSources takes the snapshot of every source the engine does not

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // ruleCycle is the rule of a cycle of spec.dependsOn among the

@@ -13,9 +13,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // candidate is a YAML file that may hold ManifestSyncs.

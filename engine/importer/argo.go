@@ -12,8 +12,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // inClusterServer is how Argo CD names the cluster it runs in.

@@ -7,7 +7,7 @@ import (
 
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/crd"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 // --source NAME=DIR of a git source with a path is that path's files; when

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/lang/kustomize"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Local is the CLI's provider: it reads a source from an override

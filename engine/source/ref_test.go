@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 func TestSplitRef(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // ErrNotFound is wrapped by an ObjectReader's error for an object that

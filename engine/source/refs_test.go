@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // refReader is an ObjectReader of refs by "Kind/namespace/name"; a

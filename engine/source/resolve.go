@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // A Resolver turns the sources of a spec into snapshots, the one way the

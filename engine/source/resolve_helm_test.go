@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // helmFetcher records what the resolver asks of it: a chart form gets a

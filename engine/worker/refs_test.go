@@ -1,8 +1,8 @@
 package worker
 
 import (
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // substituteSpec is a git source whose path holds a kustomization, built

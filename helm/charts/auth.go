@@ -11,7 +11,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 // Auth holds the credentials of a helm source.

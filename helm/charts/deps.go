@@ -9,9 +9,9 @@ import (
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Dependencies returns the snapshot of a helm source of the source form

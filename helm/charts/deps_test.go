@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/helm/helmtest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // parentChart is a chart depending on sub (^1) from repoURL, with a

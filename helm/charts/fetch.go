@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Options configure a Fetcher. The zero value keeps the cache in memory,

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/helm/helmtest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 func files(m map[string]string) map[string][]byte {

@@ -12,10 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/helm/helmtest"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // counted is a proxy in front of a registry that counts requests by kind:

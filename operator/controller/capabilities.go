@@ -13,9 +13,9 @@ import (
 
 	"k8s.io/client-go/discovery"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	helmrender "github.com/manifestsync/manifestsync/helm"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // capabilityTTL is how long a cluster's discovered capabilities serve

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // spec.dependsOn: nothing of a ManifestSync is read, evaluated, applied or

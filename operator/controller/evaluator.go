@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Evaluator runs the engine over a ManifestSync's spec and snapshots:

@@ -16,13 +16,13 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	helmrender "github.com/manifestsync/manifestsync/helm"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // evalWorkerEnv makes the test binary an evaluation worker: the pool of

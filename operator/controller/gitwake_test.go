@@ -7,9 +7,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source/git"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // A reconcile that did not wait for a git fetch (a *git.PendingError, or

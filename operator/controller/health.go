@@ -15,10 +15,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/health"
 	"github.com/manifestsync/manifestsync/internal/plural"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // defaultHealthTimeout is spec.timeout when the API server did not

@@ -7,9 +7,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/helm/charts"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // HelmProvider makes the helm provider of one reconcile from the

@@ -10,9 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/helm/helmtest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // The operator's helm provider fetches with the credentials of the Secret

@@ -6,8 +6,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/httpsrc"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // NewHTTPCache returns the operator's cache of http sources (see

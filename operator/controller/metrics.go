@@ -9,12 +9,12 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/health"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git"
 	"github.com/manifestsync/manifestsync/helm/charts"
 	"github.com/manifestsync/manifestsync/oci"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Prometheus metrics, served by the manager's metrics endpoint. Labels are

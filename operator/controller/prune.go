@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // pruneResult is the inventory after a sync and what pruning did.

@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Options tune the reconciler. The zero value is usable.

@@ -12,10 +12,10 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/health"
 	"github.com/manifestsync/manifestsync/engine/redact"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // syncState is what the reconciler remembers of one ManifestSync between

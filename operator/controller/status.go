@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/internal/plural"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // historyLimit is how many evaluated revisions status.history keeps.

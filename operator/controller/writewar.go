@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
 // A write war is an object that we keep rewriting to the same desired

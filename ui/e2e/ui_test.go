@@ -34,8 +34,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/internal/browsertest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/history"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"

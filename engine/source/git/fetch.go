@@ -26,10 +26,10 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/go-git/go-git/v5/storage/memory"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/lang/kustomize"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Options configure a Fetcher. The zero value keeps the cache in memory,

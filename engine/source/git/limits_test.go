@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // gitHeapBudget is how much the heap may grow while four 500 MB blobs are

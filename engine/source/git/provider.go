@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // Credentials returns the credentials of the Secret a git source's

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // fleetFiles is a repository laid out for Flux: a base, an overlay naming

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 func TestFromSecretData(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // The modes of a git source's verify (v1alpha1.GitVerification.Mode).

@@ -16,9 +16,9 @@ import (
 	"github.com/hiddeco/sshsig"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
-	"github.com/manifestsync/manifestsync/operator/api/v1alpha1"
 )
 
 // signedRepo publishes a repository over git daemon on 127.0.0.1 and
