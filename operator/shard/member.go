@@ -1,0 +1,254 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Defaults of MemberOptions, as the operator's leader election: a Lease of
+// 15 s, renewed every 2 s; a replica that has not renewed for 10 s (the
+// leader election's renew deadline) stops writing, 5 s before its Lease
+// expires.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewPeriod   = 2 * time.Second
+	DefaultFenceMargin   = 5 * time.Second
+)
+
+// ErrFenced is returned by Member.Run once the replica could not renew its
+// Lease in time: it has stopped writing, and should exit (a restarted
+// replica joins afresh) rather than write beside the replica its
+// ManifestSyncs were given to.
+var ErrFenced = errors.New("shard lease not renewed in time: fenced")
+
+// Member is one replica's membership: its Lease, manifestsync-shard-ID in
+// Namespace, created and renewed by Run, and the fence that ends its writes
+// before that Lease can expire.
+type Member struct {
+	Client    client.Client
+	Namespace string
+	ID        string
+	// LeaseDuration, RenewPeriod and FenceMargin default to the Default
+	// constants. The fence falls at the last successful renewal (measured
+	// from before its request was sent) plus LeaseDuration less FenceMargin.
+	LeaseDuration, RenewPeriod, FenceMargin time.Duration
+	Log                                     logr.Logger
+	// Fenced is called once, when the fence falls (for a metric).
+	OnFence func()
+
+	mu       sync.Mutex
+	deadline time.Time     // when the fence falls; zero before the first renewal
+	fenced   chan struct{} // closed when it has fallen
+	timer    *time.Timer
+	once     sync.Once
+}
+
+// LeaseName is the name of the Lease of the replica id.
+func LeaseName(id string) string { return LeasePrefix + id }
+
+// ValidateID says whether id can name a replica: its Lease name and the
+// owner label's value must hold it.
+func ValidateID(id string) error {
+	if id == "" {
+		return errors.New("empty replica ID")
+	}
+	if errs := validation.IsValidLabelValue(id); len(errs) > 0 {
+		return fmt.Errorf("replica ID %q: %s", id, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(LeaseName(id)); len(errs) > 0 {
+		return fmt.Errorf("replica ID %q: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (m *Member) init() {
+	m.once.Do(func() {
+		if m.LeaseDuration <= 0 {
+			m.LeaseDuration = DefaultLeaseDuration
+		}
+		if m.RenewPeriod <= 0 {
+			m.RenewPeriod = DefaultRenewPeriod
+		}
+		if m.FenceMargin <= 0 {
+			m.FenceMargin = DefaultFenceMargin
+		}
+		m.fenced = make(chan struct{})
+	})
+}
+
+// Fenced is closed when the fence has fallen: from then on the replica
+// must write nothing.
+func (m *Member) Fenced() <-chan struct{} {
+	m.init()
+	return m.fenced
+}
+
+// Deadline is when the fence falls unless the Lease is renewed before;
+// zero before the first renewal.
+func (m *Member) Deadline() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deadline
+}
+
+// Fence returns a context derived from ctx that is cancelled when the
+// fence falls, with ErrFenced as its cause; the reconciler wraps each
+// reconcile in it, so that nothing is written once another replica may
+// have been given its objects. Before the first renewal it is cancelled at
+// once: a replica that has no Lease yet owns nothing.
+func (m *Member) Fence(ctx context.Context) (context.Context, context.CancelFunc) {
+	m.init()
+	m.mu.Lock()
+	live := !m.deadline.IsZero()
+	m.mu.Unlock()
+	select {
+	case <-m.fenced:
+		live = false
+	default:
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	if !live {
+		cancel(ErrFenced)
+		return ctx, func() {}
+	}
+	go func() {
+		select {
+		case <-m.fenced:
+			cancel(ErrFenced)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// Run creates (or takes back) the replica's Lease and renews it every
+// RenewPeriod until ctx ends. It returns ErrFenced when the fence fell: a
+// renewal failed for longer than LeaseDuration-FenceMargin. It leaves the
+// Lease in place: a replica whose reconciles have all ended calls Release.
+func (m *Member) Run(ctx context.Context) error {
+	m.init()
+	if err := ValidateID(m.ID); err != nil {
+		return err
+	}
+	// The fence's timer outlives Run: reconciles that are still finishing
+	// after ctx ended stop when it falls.
+	tick := time.NewTicker(m.RenewPeriod)
+	defer tick.Stop()
+	for {
+		m.renew(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.fenced:
+			return ErrFenced
+		case <-tick.C:
+		}
+	}
+}
+
+// renew writes the Lease's renewTime; a success moves the fence.
+func (m *Member) renew(ctx context.Context) {
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+	defer cancel()
+	if err := m.write(rctx, sent); err != nil {
+		if ctx.Err() == nil {
+			m.Log.Error(err, "renewing the shard lease", "lease", LeaseName(m.ID), "fence", m.Deadline())
+		}
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.fenced:
+		return // fallen for good
+	default:
+	}
+	m.deadline = sent.Add(m.LeaseDuration - m.FenceMargin)
+	if m.timer == nil {
+		m.timer = time.AfterFunc(time.Until(m.deadline), m.fall)
+	} else {
+		m.timer.Reset(time.Until(m.deadline))
+	}
+}
+
+// fall closes fenced once the deadline has passed (a timer that fires
+// just as a renewal moves the deadline waits for the new one).
+func (m *Member) fall() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := time.Until(m.deadline); d > 0 {
+		m.timer.Reset(d)
+		return
+	}
+	select {
+	case <-m.fenced:
+		return
+	default:
+	}
+	close(m.fenced)
+	m.Log.Info("shard lease not renewed in time: writes stopped", "lease", LeaseName(m.ID))
+	if m.OnFence != nil {
+		m.OnFence()
+	}
+}
+
+func (m *Member) write(ctx context.Context, now time.Time) error {
+	key := client.ObjectKey{Namespace: m.Namespace, Name: LeaseName(m.ID)}
+	secs := int32(m.LeaseDuration / time.Second)
+	t := metav1.NewMicroTime(now)
+	var l coordinationv1.Lease
+	err := m.Client.Get(ctx, key, &l)
+	if apierrors.IsNotFound(err) {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &m.ID, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t,
+			},
+		}
+		if err := m.Client.Create(ctx, &l); err != nil {
+			return fmt.Errorf("lease %s: %w", key, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("lease %s: %w", key, err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != m.ID {
+		l.Spec.AcquireTime = &t
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &m.ID, &secs, &t
+	if err := m.Client.Update(ctx, &l); err != nil {
+		return fmt.Errorf("lease %s: %w", key, err)
+	}
+	return nil
+}
+
+// Release deletes the Lease of a replica that stopped of its own accord
+// (after Run returned and every reconcile ended), so that the sharder
+// gives its ManifestSyncs to the others without waiting for the Lease to
+// expire. A fenced replica keeps it until it expires.
+func (m *Member) Release(ctx context.Context) error {
+	m.init()
+	select {
+	case <-m.fenced:
+		return nil
+	default:
+	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: LeaseName(m.ID)}}
+	if err := m.Client.Delete(ctx, l); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("releasing lease %s/%s: %w", m.Namespace, l.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// blockable is a client of the real API server whose requests hang until
+// their context ends while blocked is set: a replica cut off from the API
+// server (or paused), as its Lease renewals see it.
+func blockable(t *testing.T, blocked *atomic.Bool) client.Client {
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(ctx context.Context) error {
+		if blocked.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := wait(ctx); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := wait(ctx); err != nil {
+				return err
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := wait(ctx); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+}
+
+func liveIDs(t *testing.T, tr *Tracker) map[string]bool {
+	t.Helper()
+	live, err := tr.Live(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, m := range live {
+		ids[m.ID] = true
+	}
+	return ids
+}
+
+// TestMemberFencesBeforeExpiry: a replica that cannot renew its Lease
+// stops writing (its fence falls) before the Lease expires, by the clock
+// of the API server's record (renewTime + leaseDurationSeconds) and by the
+// sharder's view (the Tracker still sees it live when it fences, and not
+// live after expiry).
+func TestMemberFencesBeforeExpiry(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	var blocked atomic.Bool
+	fences := 0
+	m := &Member{
+		Client: blockable(t, &blocked), Namespace: ns, ID: "replica-a",
+		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, FenceMargin: time.Second,
+		OnFence: func() { fences++ },
+	}
+	// Before its first renewal a replica owns nothing.
+	early, cancelEarly := m.Fence(context.Background())
+	if early.Err() == nil || !errors.Is(context.Cause(early), ErrFenced) {
+		t.Fatal("a fence taken before the Lease exists is open")
+	}
+	cancelEarly()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	tr := &Tracker{Reader: env.Client, Namespace: ns}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Deadline().IsZero() || !liveIDs(t, tr)["replica-a"] {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica's Lease never became live")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var l coordinationv1.Lease
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "manifestsync-shard-replica-a"}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if *l.Spec.HolderIdentity != "replica-a" || *l.Spec.LeaseDurationSeconds != 3 || l.Spec.RenewTime == nil {
+		t.Fatalf("lease spec %+v", l.Spec)
+	}
+	// Renewals go on while the client answers.
+	first := l.Spec.RenewTime.Time
+	time.Sleep(time.Second)
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&l), &l); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Spec.RenewTime.After(first) {
+		t.Fatal("the Lease was not renewed")
+	}
+
+	fctx, fcancel := m.Fence(context.Background())
+	defer fcancel()
+	blocked.Store(true)
+	select {
+	case <-fctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence never fell")
+	}
+	fellAt := time.Now()
+	if !errors.Is(context.Cause(fctx), ErrFenced) {
+		t.Errorf("fence cause %v", context.Cause(fctx))
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(&l), &l); err != nil {
+		t.Fatal(err)
+	}
+	expiry := l.Spec.RenewTime.Add(3 * time.Second)
+	if !fellAt.Before(expiry) {
+		t.Errorf("fence fell at %s, not before the Lease expired at %s", fellAt, expiry)
+	}
+	if lead := expiry.Sub(fellAt); lead < 500*time.Millisecond {
+		t.Errorf("fence fell only %s before expiry, want about the 1s margin", lead)
+	}
+	if !liveIDs(t, tr)["replica-a"] {
+		t.Error("the sharder's view has the replica dead when its fence falls")
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrFenced) {
+			t.Errorf("Run returned %v, want ErrFenced", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run went on after the fence fell")
+	}
+	// A new reconcile after the fall is fenced at once.
+	late, lcancel := m.Fence(context.Background())
+	defer lcancel()
+	if late.Err() == nil {
+		t.Error("a fence taken after the fall is open")
+	}
+	if fences != 1 {
+		t.Errorf("OnFence called %d times, want 1", fences)
+	}
+	// The sharder sees it expire, within a lease duration of the renewal
+	// it last saw, and not before.
+	for liveIDs(t, tr)["replica-a"] {
+		if time.Now().After(expiry.Add(5 * time.Second)) {
+			t.Fatal("the replica's Lease never expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if deadAt := time.Now(); deadAt.Before(expiry) {
+		t.Errorf("the sharder's view has the replica dead at %s, before its Lease expired at %s", deadAt, expiry)
+	}
+}
+
+// TestMemberRelease: a replica that stops deletes its Lease, and is not
+// live from then on; a Lease that does not name its replica is no member.
+func TestMemberRelease(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	m := &Member{Client: env.Client, Namespace: ns, ID: "replica-b", RenewPeriod: 200 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	tr := &Tracker{Reader: env.Client, Namespace: ns}
+	// A forged Lease whose holder is not its name's replica.
+	other := "replica-c"
+	forged := &coordinationv1.Lease{}
+	forged.Namespace, forged.Name = ns, LeaseName("replica-x")
+	forged.Spec.HolderIdentity = &other
+	if err := env.Client.Create(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !liveIDs(t, tr)["replica-b"] {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica's Lease never became live")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ids := liveIDs(t, tr); len(ids) != 1 {
+		t.Errorf("live members %v, want replica-b alone", ids)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := m.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if liveIDs(t, tr)["replica-b"] {
+		t.Error("a released replica is live")
+	}
+	if err := ValidateID("Bad_ID"); err == nil {
+		t.Error("an ID that is no label value was accepted")
+	}
+}
