@@ -44,7 +44,7 @@ type Member struct {
 	// from before its request was sent) plus LeaseDuration less FenceMargin.
 	LeaseDuration, RenewPeriod, FenceMargin time.Duration
 	Log                                     logr.Logger
-	// Fenced is called once, when the fence falls (for a metric).
+	// OnFence is called once, when the fence falls.
 	OnFence func()
 
 	mu       sync.Mutex
@@ -199,6 +199,7 @@ func (m *Member) fall() {
 	}
 	close(m.fenced)
 	m.Log.Info("shard lease not renewed in time: writes stopped", "lease", LeaseName(m.ID))
+	fencesTotal.Inc()
 	if m.OnFence != nil {
 		m.OnFence()
 	}

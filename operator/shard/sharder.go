@@ -1,0 +1,305 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
+)
+
+// DefaultResync is how often the sharder checks the assignment without an
+// event; events (a Lease or a ManifestSync added, changed or deleted) and
+// the next expiry of a Lease wake it sooner.
+const DefaultResync = 30 * time.Second
+
+// writers bounds the sharder's label writes in flight.
+const writers = 8
+
+// Sharder assigns ManifestSyncs to the live replicas. It runs in one
+// replica only, the holder of the operator's leader lease (NeedLeaderElection),
+// and keeps a cache of its own: the metadata of every ManifestSync (the
+// replicas' caches hold only their share) and the shard Leases of
+// Namespace.
+//
+// Each pass computes Assign over the live members and, for each
+// ManifestSync whose owner differs from its assignment: without an owner,
+// it labels it with its new owner at once; with an owner whose Lease has
+// expired (or is gone), it relabels it at once, the old owner having
+// fenced itself before expiry; with a live owner, it labels it to drain,
+// and gives it to its new owner only once the old one has acknowledged by
+// removing both labels. Each write is conditional on the labels it read
+// (a JSON patch test, or the resourceVersion), so that a stale cache never
+// makes it overwrite an acknowledgement or a newer assignment.
+type Sharder struct {
+	Client    client.Client
+	Namespace string
+	// Resync defaults to DefaultResync.
+	Resync time.Duration
+	Log    logr.Logger
+
+	cache   cache.Cache
+	tracker *Tracker
+	wake    chan struct{}
+}
+
+// NewSharder makes a sharder whose cache reads through cfg.
+func NewSharder(cfg *rest.Config, scheme *runtime.Scheme, c client.Client, namespace string) (*Sharder, error) {
+	ca, err := cache.New(cfg, cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+		},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sharder cache: %w", err)
+	}
+	return &Sharder{Client: c, Namespace: namespace, cache: ca,
+		tracker: &Tracker{Reader: ca, Namespace: namespace}, wake: make(chan struct{}, 1)}, nil
+}
+
+// NeedLeaderElection is true: one sharder at a time.
+func (s *Sharder) NeedLeaderElection() bool { return true }
+
+func (s *Sharder) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func msMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ManifestSync"))
+	return m
+}
+
+// Start runs the sharder until ctx ends.
+func (s *Sharder) Start(ctx context.Context) error {
+	go func() { _ = s.cache.Start(ctx) }()
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(any, any) { s.poke() },
+		DeleteFunc: func(any) { s.poke() },
+	}
+	for _, obj := range []client.Object{msMeta(), &coordinationv1.Lease{}} {
+		inf, err := s.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("sharder: %w", err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("sharder: %w", err)
+		}
+	}
+	if !s.cache.WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	resync := s.Resync
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	for {
+		next, err := s.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.Log.Error(err, "sharding")
+		}
+		wait := resync
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 10*time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-s.wake:
+			// Let a burst of events (a thousand creations) settle into
+			// one pass.
+			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-s.wake:
+			default:
+			}
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// pass assigns once, and returns when to look again without an event
+// (the next expiry of a live Lease, or sooner after a conflict).
+func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
+	live, err := s.tracker.Live(ctx)
+	if err != nil {
+		return time.Now().Add(time.Second), err
+	}
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ManifestSyncList"))
+	if err := s.cache.List(ctx, &list); err != nil {
+		return time.Now().Add(time.Second), fmt.Errorf("listing ManifestSyncs: %w", err)
+	}
+	var next time.Time
+	ids := make([]string, 0, len(live))
+	isLive := map[string]bool{}
+	for _, m := range live {
+		ids = append(ids, m.ID)
+		isLive[m.ID] = true
+		if next.IsZero() || m.Expires.Before(next) {
+			next = m.Expires
+		}
+	}
+	sharderLive.Set(float64(len(live)))
+	if len(live) == 0 {
+		return next, nil
+	}
+	keys := make([]string, 0, len(list.Items))
+	current := map[string]string{}
+	for i := range list.Items {
+		o := &list.Items[i]
+		k := o.Namespace + "/" + o.Name
+		keys = append(keys, k)
+		if owner := o.Labels[OwnerLabel]; isLive[owner] {
+			current[k] = owner
+		}
+	}
+	want := Assign(keys, ids, current)
+	// The writes of one pass (a thousand when a replica joins) go out a
+	// few at a time.
+	var (
+		mu       sync.Mutex
+		retry    bool
+		firstErr error
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, writers)
+	)
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.DeletionTimestamp != nil {
+			continue // its owner finishes its deletion
+		}
+		to := want[o.Namespace+"/"+o.Name]
+		owner, drain := o.Labels[OwnerLabel], o.Labels[DrainLabel]
+		var write func() error
+		switch {
+		case owner == to:
+			continue
+		case owner == "":
+			write = func() error { return s.assign(ctx, o, to) }
+		case !isLive[owner]:
+			write = func() error { return s.take(ctx, o, owner, to) }
+		case drain == "":
+			write = func() error { return s.drain(ctx, o, owner, to) }
+		default:
+			continue // waiting for owner to acknowledge
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			err := write()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+			case apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsNotFound(err) || isTestFailed(err):
+				retry = true // the cache was behind; look again
+			case firstErr == nil:
+				firstErr = err
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return time.Now().Add(time.Second), firstErr
+	}
+	if retry {
+		return time.Now().Add(200 * time.Millisecond), nil
+	}
+	return next, nil
+}
+
+// isTestFailed says whether a JSON patch failed its test operation (the
+// labels were not as read).
+func isTestFailed(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "testing value")
+}
+
+// assign labels an unowned ManifestSync with its owner, if it is still
+// the version read.
+func (s *Sharder) assign(ctx context.Context, o *metav1.PartialObjectMetadata, to string) error {
+	labels := map[string]any{OwnerLabel: to}
+	if o.Labels[DrainLabel] != "" {
+		labels[DrainLabel] = nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.ResourceVersion, "labels": labels}})
+	if err := s.Client.Patch(ctx, msMetaOf(o), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("assigning ManifestSync %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	movesTotal.WithLabelValues("assigned").Inc()
+	return nil
+}
+
+// take gives the ManifestSync of an expired replica to another, if its
+// owner is still the one read.
+func (s *Sharder) take(ctx context.Context, o *metav1.PartialObjectMetadata, from, to string) error {
+	ops := []map[string]any{
+		{"op": "test", "path": labelPath(OwnerLabel), "value": from},
+		{"op": "replace", "path": labelPath(OwnerLabel), "value": to},
+	}
+	if _, ok := o.Labels[DrainLabel]; ok {
+		ops = append(ops, map[string]any{"op": "remove", "path": labelPath(DrainLabel)})
+	}
+	if err := s.jsonPatch(ctx, o, ops, "reassigning"); err != nil {
+		return err
+	}
+	movesTotal.WithLabelValues("expired").Inc()
+	s.Log.Info("reassigned from an expired replica", "manifestSync", client.ObjectKeyFromObject(o), "from", from, "to", to)
+	return nil
+}
+
+// drain tells the live owner of a ManifestSync to let go of it.
+func (s *Sharder) drain(ctx context.Context, o *metav1.PartialObjectMetadata, owner, to string) error {
+	ops := []map[string]any{
+		{"op": "test", "path": labelPath(OwnerLabel), "value": owner},
+		{"op": "add", "path": labelPath(DrainLabel), "value": to},
+	}
+	if err := s.jsonPatch(ctx, o, ops, "draining"); err != nil {
+		return err
+	}
+	drainsTotal.Inc()
+	return nil
+}
+
+func (s *Sharder) jsonPatch(ctx context.Context, o *metav1.PartialObjectMetadata, ops []map[string]any, verb string) error {
+	patch, _ := json.Marshal(ops)
+	if err := s.Client.Patch(ctx, msMetaOf(o), client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("%s ManifestSync %s/%s: %w", verb, o.Namespace, o.Name, err)
+	}
+	return nil
+}
+
+func msMetaOf(o *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
+	m := msMeta()
+	m.Namespace, m.Name = o.Namespace, o.Name
+	return m
+}
+
+// labelPath is the JSON pointer of a label.
+func labelPath(key string) string {
+	return "/metadata/labels/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}

@@ -1,0 +1,396 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
+)
+
+// Short leases, so that the expiry of a dead replica is seen in seconds.
+const (
+	testLease  = 3 * time.Second
+	testRenew  = 300 * time.Millisecond
+	testMargin = time.Second
+)
+
+// inflight records which replica reconciles which ManifestSync, and counts
+// two replicas reconciling one at once.
+type inflight struct {
+	mu      sync.Mutex
+	by      map[string]string
+	runs    map[string]int // reconciles by replica
+	doubles []string
+}
+
+func (f *inflight) begin(key, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if other, ok := f.by[key]; ok && other != id {
+		f.doubles = append(f.doubles, fmt.Sprintf("%s reconciled by %s and %s at once", key, other, id))
+	}
+	f.by[key] = id
+	f.runs[id]++
+}
+
+func (f *inflight) end(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.by, key)
+}
+
+// replica is an in-process replica: a manager whose ManifestSync cache
+// holds only its share, a Member and a Replica around a reconciler that
+// records what it reconciles.
+type replica struct {
+	id     string
+	member *Member
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
+	t.Helper()
+	skip := true
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: OwnerSelector(id)}}},
+		Controller:             config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
+	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: id, Member: m}
+	inner := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		f.begin(req.String(), id)
+		defer f.end(req.String())
+		time.Sleep(2 * time.Millisecond)
+		return reconcile.Result{}, nil
+	})
+	err = ctrl.NewControllerManagedBy(mgr).Named("shard-"+id).
+		For(&v1alpha1.ManifestSync{}, builder.WithPredicates(rep.Predicate())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(rep.Wrap(inner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{id: id, member: m, cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = m.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("replica %s: %v", id, err)
+		}
+	}()
+	go func() { wg.Wait(); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop kills the replica as kill -9 would, as far as the API server sees:
+// its Lease stays, unrenewed, until it expires.
+func (r *replica) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// transition is one change of a ManifestSync's shard labels, as a watch
+// saw it.
+type transition struct {
+	key                string
+	from, to           string // owner before and after
+	drainFrom, drainTo string
+	at                 time.Time
+}
+
+// labelWatch records every change of the shard labels of the namespace's
+// ManifestSyncs.
+type labelWatch struct {
+	mu    sync.Mutex
+	last  map[string][2]string // owner, drain
+	moves []transition
+	lost  int // watch errors
+}
+
+func watchLabels(t *testing.T, ns string) *labelWatch {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := &labelWatch{last: map[string][2]string{}}
+	var list v1alpha1.ManifestSyncList
+	if err := wc.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	rv := list.ResourceVersion
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &v1alpha1.ManifestSyncList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					lw.mu.Lock()
+					lw.lost++ // the record has a gap: check fails
+					lw.mu.Unlock()
+					continue
+				}
+				ms, ok := ev.Object.(*v1alpha1.ManifestSync)
+				if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+					continue
+				}
+				rv = ms.ResourceVersion
+				lw.see(ms)
+			}
+		}
+	}()
+	return lw
+}
+
+func (lw *labelWatch) see(ms *v1alpha1.ManifestSync) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	k := ms.Namespace + "/" + ms.Name
+	now := [2]string{ms.Labels[OwnerLabel], ms.Labels[DrainLabel]}
+	prev := lw.last[k]
+	if now != prev {
+		lw.moves = append(lw.moves, transition{key: k, from: prev[0], to: now[0], drainFrom: prev[1], drainTo: now[1], at: time.Now()})
+	}
+	lw.last[k] = now
+}
+
+// check fails t for every owner change that skipped the drain handshake,
+// unless the old owner is in dead (its Lease expired at the time given);
+// it returns the changes of owner away from each dead replica.
+func (lw *labelWatch) check(t *testing.T, dead map[string]time.Time) map[string][]transition {
+	t.Helper()
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.lost > 0 {
+		t.Errorf("the label watch lost events %d times: its record has gaps", lw.lost)
+	}
+	fromDead := map[string][]transition{}
+	bad := 0
+	for _, m := range lw.moves {
+		switch {
+		case m.from == m.to:
+		case m.from == "":
+		case m.to == "":
+			// An acknowledgement: the owner let go after a drain.
+			if m.drainFrom == "" {
+				bad++
+				t.Errorf("%s: owner %s removed without a drain", m.key, m.from)
+			}
+		default:
+			if _, ok := dead[m.from]; !ok {
+				bad++
+				t.Errorf("%s: moved from live %s to %s without a drain", m.key, m.from, m.to)
+			}
+			fromDead[m.from] = append(fromDead[m.from], m)
+		}
+		if bad > 10 {
+			t.Fatal("too many")
+		}
+	}
+	return fromDead
+}
+
+// owners lists the namespace's ManifestSyncs: owner by key, and how many
+// are draining.
+func owners(t *testing.T, ns string) (map[string]string, int) {
+	t.Helper()
+	var list v1alpha1.ManifestSyncList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	draining := 0
+	for _, ms := range list.Items {
+		out[ms.Namespace+"/"+ms.Name] = ms.Labels[OwnerLabel]
+		if ms.Labels[DrainLabel] != "" {
+			draining++
+		}
+	}
+	return out, draining
+}
+
+// converge waits until every ManifestSync is owned by one of ids, none
+// drains and every replica holds within Bounds; it returns the owners.
+func converge(t *testing.T, ns string, total int, ids ...string) map[string]string {
+	t.Helper()
+	lo, hi := Bounds(total, len(ids))
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		own, draining := owners(t, ns)
+		l := map[string]int{}
+		for _, o := range own {
+			l[o]++
+		}
+		ok := draining == 0 && len(own) == total
+		for _, id := range ids {
+			ok = ok && l[id] >= lo && l[id] <= hi
+		}
+		ok = ok && len(l) == len(ids)
+		if ok {
+			return own
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged over %v: loads %v, %d draining", ids, l, draining)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestSharder(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	const total = 1000
+	lw := watchLabels(t, ns)
+	f := &inflight{by: map[string]string{}, runs: map[string]int{}}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < total; i += 8 {
+				ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("app-%d", i)},
+					Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+				if err := env.Client.Create(context.Background(), ms); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("creating ManifestSyncs: %v", err)
+	}
+
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Resync = 5 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	sdone := make(chan error, 1)
+	go func() { sdone <- s.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-sdone })
+
+	ids := []string{"r0", "r1", "r2", "r3", "r4"}
+	reps := map[string]*replica{}
+	reps["r0"] = startReplica(t, ns, "r0", f)
+	start := time.Now()
+	converge(t, ns, total, "r0")
+	t.Logf("1 replica: all assigned in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	reps["r1"] = startReplica(t, ns, "r1", f)
+	converge(t, ns, total, "r0", "r1")
+	t.Logf("2 replicas: converged in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	reps["r2"] = startReplica(t, ns, "r2", f)
+	reps["r3"] = startReplica(t, ns, "r3", f)
+	four := converge(t, ns, total, ids[:4]...)
+	t.Logf("4 replicas: converged in %s", time.Since(start).Round(time.Millisecond))
+
+	// A fifth joins: about 1/5 move, all to it.
+	reps["r4"] = startReplica(t, ns, "r4", f)
+	five := converge(t, ns, total, ids...)
+	moved := 0
+	for k, o := range five {
+		if four[k] != o {
+			moved++
+			if o != "r4" {
+				t.Errorf("%s moved from %s to %s when r4 joined", k, four[k], o)
+			}
+		}
+	}
+	if ideal := total / 5; float64(moved) > 1.3*float64(ideal) {
+		t.Errorf("a fifth replica moved %d ManifestSyncs, want ≤ 1.3 x %d", moved, ideal)
+	}
+	t.Logf("the fifth replica's join moved %d ManifestSyncs (ideal %d)", moved, total/5)
+
+	// r1 dies: its ManifestSyncs stay its own until its Lease expires,
+	// then go to the others.
+	reps["r1"].stop()
+	var l coordinationv1.Lease
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: LeaseName("r1")}, &l); err != nil {
+		t.Fatal(err)
+	}
+	expiry := l.Spec.RenewTime.Add(testLease)
+	if wait := time.Until(expiry.Add(-300 * time.Millisecond)); wait > 0 {
+		time.Sleep(wait)
+		own, _ := owners(t, ns)
+		held := 0
+		for k, o := range five {
+			if o == "r1" && own[k] == "r1" {
+				held++
+			} else if o == "r1" {
+				t.Errorf("%s left dead r1 (for %q) before its Lease expired", k, own[k])
+			}
+		}
+		if held == 0 {
+			t.Error("r1 held nothing")
+		}
+	} else {
+		t.Logf("the check before expiry was too late to run (%s late)", -wait)
+	}
+	after := converge(t, ns, total, "r0", "r2", "r3", "r4")
+	for k, o := range after {
+		if five[k] != "r1" && five[k] != o {
+			t.Errorf("%s moved from live %s to %s when r1 died", k, five[k], o)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the watch catches up
+	fromDead := lw.check(t, map[string]time.Time{"r1": expiry})
+	if len(fromDead["r1"]) == 0 {
+		t.Error("no ManifestSync moved from dead r1")
+	}
+	for _, m := range fromDead["r1"] {
+		if m.at.Before(expiry) {
+			t.Errorf("%s moved from dead r1 at %s, before its Lease expired at %s", m.key, m.at, expiry)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.doubles {
+		t.Error(d)
+	}
+	for _, id := range ids {
+		if f.runs[id] == 0 {
+			t.Errorf("replica %s reconciled nothing", id)
+		}
+	}
+	t.Logf("reconciles by replica: %v", f.runs)
+}
