@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -60,6 +62,9 @@ type operatorFlags struct {
 	// trustedSet is set when --trusted-namespaces was given; else the
 	// operator's own namespace is trusted.
 	trustedSet bool
+	// watchLabelSelector is --watch-label-selector: the ManifestSyncs
+	// this operator caches and reconciles (manifestSyncSelector).
+	watchLabelSelector string
 }
 
 func newOperatorCmd() *cobra.Command {
@@ -174,6 +179,8 @@ nine tenths of what the evaluation workers leave of it.`,
 		"how often the leader renews its lease and standbys try to take it (each wait jittered up to 2.2x); a killed leader is replaced within the lease duration plus two of these")
 	fl.DurationVar(&f.shutdownGrace, "graceful-shutdown-timeout", 25*time.Second,
 		"how long the operator waits, once told to stop (SIGTERM), for the syncs in flight to finish their applies and status; keep it below the pod's terminationGracePeriodSeconds (30s by default)")
+	fl.StringVar(&f.watchLabelSelector, "watch-label-selector", "",
+		`reconcile only the ManifestSyncs this label selector matches (as Flux's controllers shard by hand: "sharding.fluxcd.io/key=shard1" in one Deployment, "!sharding.fluxcd.io/key" in the one that takes the rest); default: every ManifestSync`)
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
 	fl.IntVar(&f.targetWorkers, "target-concurrency", 8, "targets of one ManifestSync applied at once")
 	fl.Float32Var(&f.qps, "kube-api-qps", 0, "client-side limit of API requests per second, to each cluster; 0 (or less) sets none, leaving the API server's Priority and Fairness to protect it")
@@ -218,6 +225,10 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return usageErr("operator: --instance-id: %v", err)
 	}
 	if err := checkUIBindAddress(f.uiAddr); err != nil {
+		return err
+	}
+	msSelector, err := manifestSyncSelector(f)
+	if err != nil {
 		return err
 	}
 	if !f.trustedSet {
@@ -285,7 +296,8 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		// The reconciler caches ManifestSyncs and the metadata of what it
 		// watches; object bodies (Secrets above all) are read on demand
 		// and never cached cluster-wide.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer,
+			ByObject: map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: msSelector}}},
 	})
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -347,6 +359,26 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
 	return nil
+}
+
+// manifestSyncSelector is the label selector of the ManifestSyncs this
+// operator caches, and so watches and reconciles (--watch-label-selector,
+// Flux's flag for sharding by hand): every ManifestSync without the flag.
+// Only ManifestSyncs are filtered, as Flux filters only its own kinds: the
+// watches the reconciler derives from them (sources, targets' namespaces,
+// managed objects) follow from the ManifestSyncs in the cache. A
+// ManifestSync relabelled out of the selector leaves the cache as if it
+// were deleted, without its deletion: the operator forgets it and prunes
+// nothing, and the operator whose selector it now matches takes it up.
+func manifestSyncSelector(f *operatorFlags) (labels.Selector, error) {
+	if strings.TrimSpace(f.watchLabelSelector) == "" {
+		return labels.Everything(), nil
+	}
+	sel, err := labels.Parse(f.watchLabelSelector)
+	if err != nil {
+		return nil, usageErr("operator: --watch-label-selector %q: %v", f.watchLabelSelector, err)
+	}
+	return sel, nil
 }
 
 // waitForAPI waits until the API server serves the ManifestSync API,
