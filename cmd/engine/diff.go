@@ -22,7 +22,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/worker"
 	"github.com/manifestsync/manifestsync/internal/objdiff"
 	"github.com/manifestsync/manifestsync/internal/plural"
-	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/applier"
 )
 
 type diffFlags struct {
@@ -159,7 +159,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 		return err
 	}
 	defer stop()
-	if err := controller.ValidateInstanceID(f.instanceID); err != nil {
+	if err := applier.ValidateInstanceID(f.instanceID); err != nil {
 		return usageErr("diff: --instance-id: %v", err)
 	}
 	sf, err := readSyncFile(ctx, f.limits.Timeout, f.file)
@@ -198,7 +198,7 @@ func runDiff(ctx context.Context, stdout, stderr io.Writer, f *diffFlags) error 
 	if err != nil {
 		return err
 	}
-	diffs, err := controller.DryRun(ctx, c, ms, res.Targets, controller.Options{InstanceID: f.instanceID})
+	diffs, err := applier.DryRun(ctx, c, ms, res.Targets, applier.DiffOptions{InstanceID: f.instanceID})
 	if err != nil {
 		return usageErr("diff: %s: %w", cfg.Host, res.Redactor.Error(err))
 	}
@@ -232,7 +232,7 @@ func evaluateForDiff(ctx context.Context, pool *worker.Pool, c client.Client, sf
 		if t.NamespaceSelector == nil {
 			continue
 		}
-		if opts.Namespaces, err = controller.Namespaces(ctx, c); err != nil {
+		if opts.Namespaces, err = applier.Namespaces(ctx, c); err != nil {
 			return nil, usageErr("diff: %w", err)
 		}
 		break
@@ -271,18 +271,18 @@ func clusterScope(mapper apimeta.RESTMapper) engine.Scope {
 // nothing would. Its error carries the exit status. red masks the
 // evaluation's Secret values wherever they show, in the names of targets
 // and objects too (a transform may name an object after one).
-func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff, red *redact.Redactor) error {
-	counts := map[controller.Action]int{}
+func report(stdout, stderr io.Writer, diffs []applier.ObjectDiff, red *redact.Redactor) error {
+	counts := map[applier.Action]int{}
 	var b strings.Builder
 	for _, d := range diffs {
 		counts[d.Action]++
 		target, object := red.String(d.Target), red.String(d.Describe())
 		switch d.Action {
-		case controller.ActionConflict:
+		case applier.ActionConflict:
 			fmt.Fprintf(&b, "# %s: %s: conflict: %v\n", target, object, d.Err)
-		case controller.ActionFailed:
+		case applier.ActionFailed:
 			fmt.Fprintf(&b, "# %s: %s: would fail: %v\n", target, object, d.Err)
-		case controller.ActionCreated, controller.ActionConfigured, controller.ActionPruned:
+		case applier.ActionCreated, applier.ActionConfigured, applier.ActionPruned:
 			fmt.Fprintf(&b, "# %s: %s: would be %s\n", target, object, strings.ToLower(string(d.Action)))
 			if err := writeDiff(&b, target+"/"+object, d, red); err != nil {
 				return err
@@ -292,14 +292,14 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff, red *redact
 	if _, err := io.WriteString(stdout, b.String()); err != nil {
 		return err
 	}
-	changed := counts[controller.ActionCreated] + counts[controller.ActionConfigured] + counts[controller.ActionPruned] + counts[controller.ActionConflict]
-	if changed == 0 && counts[controller.ActionFailed] == 0 {
+	changed := counts[applier.ActionCreated] + counts[applier.ActionConfigured] + counts[applier.ActionPruned] + counts[applier.ActionConflict]
+	if changed == 0 && counts[applier.ActionFailed] == 0 {
 		return nil
 	}
 	fmt.Fprintf(stderr, "%d to create, %d to configure, %d to prune, %s, %d failing, %d unchanged\n",
-		counts[controller.ActionCreated], counts[controller.ActionConfigured], counts[controller.ActionPruned],
-		plural.Count(counts[controller.ActionConflict], "conflict"), counts[controller.ActionFailed], counts[controller.ActionUnchanged]+counts[controller.ActionSkipped])
-	if counts[controller.ActionFailed] > 0 {
+		counts[applier.ActionCreated], counts[applier.ActionConfigured], counts[applier.ActionPruned],
+		plural.Count(counts[applier.ActionConflict], "conflict"), counts[applier.ActionFailed], counts[applier.ActionUnchanged]+counts[applier.ActionSkipped])
+	if counts[applier.ActionFailed] > 0 {
 		return &exitError{code: exitUsage, err: errors.New("some objects would fail to apply")}
 	}
 	return &exitError{code: exitFailed, err: errors.New("")}
@@ -307,6 +307,6 @@ func report(stdout, stderr io.Writer, diffs []controller.ObjectDiff, red *redact
 
 // writeDiff writes the unified diff of one object, YAML against YAML, with
 // Secret data masked.
-func writeDiff(w io.Writer, name string, d controller.ObjectDiff, red *redact.Redactor) error {
+func writeDiff(w io.Writer, name string, d applier.ObjectDiff, red *redact.Redactor) error {
 	return objdiff.Write(w, "live/"+name, "desired/"+name, d.Live, d.Desired, red)
 }

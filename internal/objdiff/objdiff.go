@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/engine/redact"
-	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // Masks of Secret values, as kubectl diff shows them: the same on both
@@ -37,7 +37,7 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // RedactDiffs masks the evaluation's Secret values in the errors of diffs
 // and in the objects other than Secrets (whose values MaskSecret hides,
 // telling changed ones from unchanged).
-func RedactDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) {
+func RedactDiffs(diffs []applier.ObjectDiff, red *redact.Redactor) {
 	for i := range diffs {
 		d := &diffs[i]
 		d.Err = red.Error(d.Err)

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // inCluster is the cluster of the targets without spec.targets[].cluster,
@@ -38,7 +38,7 @@ const inCluster = "in-cluster"
 const indexKubeConfigs = "manifestsync.dev/kubeconfig-secrets"
 
 // defaultKubeConfigKey is the key of a kubeConfigSecretRef without one.
-const defaultKubeConfigKey = "value"
+const defaultKubeConfigKey = ssa.DefaultKubeConfigKey
 
 // cluster is where one target's objects go, and the clients that reach
 // them: this cluster (as the operator, or as the ManifestSync's service
@@ -337,28 +337,12 @@ func (rs *remotes) forget(ref kubeConfigRef) {
 }
 
 // errKubeconfigExec refuses a kubeconfig with a credential plugin.
-var errKubeconfigExec = errors.New("the kubeconfig gets its credentials from a plugin (users[].user.exec or auth-provider), " +
-	"which would run a command the Secret names on the operator's machine, with the operator's rights; " +
-	"the operator runs those only with --allow-kubeconfig-exec")
+var errKubeconfigExec = ssa.ErrKubeconfigExec
 
-// kubeConfigREST is the config of a kubeconfig a Secret holds: it may not
-// name files, nor run programs unless allowExec: those would run, or read,
-// on the operator's machine with the operator's rights.
+// kubeConfigREST is the config of a kubeconfig a Secret holds
+// (ssa.KubeConfigREST: no files, no programs unless allowExec).
 func kubeConfigREST(kubeconfig []byte, allowExec bool) (*rest.Config, error) {
-	if len(kubeconfig) == 0 {
-		return nil, errors.New("no kubeconfig")
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case (cfg.ExecProvider != nil || cfg.AuthProvider != nil) && !allowExec:
-		return nil, errKubeconfigExec
-	case cfg.CertFile != "", cfg.KeyFile != "", cfg.CAFile != "", cfg.BearerTokenFile != "":
-		return nil, errors.New("kubeconfig names files; only inline credentials and certificates are allowed")
-	}
-	return cfg, nil
+	return ssa.KubeConfigREST(kubeconfig, allowExec)
 }
 
 // build makes a client from a kubeconfig. Requests time out quickly, so
@@ -470,13 +454,7 @@ func (r *Reconciler) forKubeConfig(ctx context.Context, secret client.Object) []
 // clusterRefOf is the cluster of an evaluated target as the inventory
 // records it.
 func clusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
-	for i := range ms.Spec.Targets {
-		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
-			kc := kubeConfigRefOf(ms, st.Cluster)
-			return kc.name + "/" + kc.key
-		}
-	}
-	return ""
+	return ssa.ClusterRefOf(ms, t)
 }
 
 // clusterMemo resolves the clusters of inventory entries, once each per

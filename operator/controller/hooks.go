@@ -16,13 +16,14 @@ import (
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/health"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 const (
 	// HookLabel marks a hook object of a ManifestSync (which OwnerLabel
 	// names, so that the hook's changes wake it) with its phase. A hook
 	// is in no inventory: never pruned, never corrected for drift.
-	HookLabel = "manifestsync.dev/hook"
+	HookLabel = ssa.HookLabel
 	// HookRunAnnotation is the run a hook object was created for: the
 	// target's output digest and the phase, "sha256:...;PreSync". A
 	// resync of the same output finds the hooks of its run by it and

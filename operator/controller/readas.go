@@ -5,19 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // ObjectReaderAs is the source.ObjectReader of the object and object set
@@ -82,52 +79,8 @@ func RemoteReaderAs(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.
 	return &clusterObjects{ms: ms, sc: sc, st: &syncState{sources: map[objectRef]*engine.Snapshot{}}}, nil
 }
 
-// RemoteClientAs is the client of the cluster of a target of ms
-// (c.kubeConfigSecretRef), built as RemoteReaderAs builds its reader: the
-// kubeconfig Secret read through reader (the user's client: a user who may
-// not read it gets the API server's refusal), no files, no exec plugins,
-// each request ending after timeout. It writes as the kubeconfig's
-// credentials allow: the web UI's diff dry-runs a remote target's objects
-// with it (DryRunCluster).
-func RemoteClientAs(ctx context.Context, ms *v1alpha1.ManifestSync, c *v1alpha1.ClusterRef, reader client.Reader, timeout time.Duration) (client.Client, error) {
-	ref := kubeConfigRefOf(ms, c)
-	remote, _, err := remoteAs(ctx, ref, reader, timeout)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %q: %w", ref.name, err)
-	}
-	return remote, nil
-}
-
 // remoteAs is the client and discovery of the cluster of the kubeconfig
-// Secret ref, the Secret read through reader, under the rules of a page
-// view: the kubeconfig may not name files nor run a program (whatever
-// --allow-kubeconfig-exec), and each request ends after timeout.
+// Secret ref under the rules of a page view (ssa.RemoteAs).
 func remoteAs(ctx context.Context, ref kubeConfigRef, reader client.Reader, timeout time.Duration) (client.Client, discovery.DiscoveryInterface, error) {
-	secret := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.namespace, Name: ref.name}, secret); err != nil {
-		return nil, nil, fmt.Errorf("reading kubeconfig Secret %q: %w", ref.name, err)
-	}
-	cfg, err := kubeConfigREST(secret.Data[ref.key], false)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig Secret %q, key %q: %w", ref.name, ref.key, err)
-	}
-	cfg.Timeout = timeout
-	cfg.UserAgent = FieldManager + "-ui"
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
-	if err != nil {
-		return nil, nil, err
-	}
-	remote, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme, Mapper: mapper, HTTPClient: hc})
-	if err != nil {
-		return nil, nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, hc)
-	if err != nil {
-		return nil, nil, err
-	}
-	return remote, dc, nil
+	return ssa.RemoteAs(ctx, ssa.KubeConfigRef{Namespace: ref.namespace, Name: ref.name, Key: ref.key}, reader, timeout)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +22,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	lstar "github.com/manifestsync/manifestsync/lang/starlark"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // Options tune the reconciler. The zero value is usable.
@@ -469,24 +469,10 @@ func (r *Reconciler) scope(gvk schema.GroupVersionKind) (namespaced, ok bool) {
 	return m.Scope.Name() == apimeta.RESTScopeNameNamespace, true
 }
 
-// Namespaces lists a cluster's live namespaces (not being deleted), by
-// name, as the engine matches namespaceSelectors against them; the
-// reconciler reads them from its metadata cache, engine diff from the API
-// server.
+// Namespaces lists a cluster's live namespaces (not being deleted), as
+// the engine matches namespaceSelectors against them (ssa.Namespaces).
 func Namespaces(ctx context.Context, c client.Reader) ([]engine.Namespace, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
-	if err := c.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing namespaces: %w", err)
-	}
-	out := make([]engine.Namespace, 0, len(list.Items))
-	for _, ns := range list.Items {
-		if ns.DeletionTimestamp == nil {
-			out = append(out, engine.Namespace{Name: ns.Name, Labels: ns.Labels})
-		}
-	}
-	slices.SortFunc(out, func(a, b engine.Namespace) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return ssa.Namespaces(ctx, c)
 }
 
 // forgetGone drops the records and metric series of targets that are no

@@ -7,6 +7,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // versionUnknown is the resourceVersion of a restored object whose owned
@@ -38,7 +39,7 @@ func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a
 			rec.partial = true
 			continue
 		}
-		_, annotated := asApplied(obj, t.Digests[i]) // the digest annotation it was applied with
+		_, annotated := ssa.AsApplied(obj, t.Digests[i]) // the digest annotation it was applied with
 		o, ok := restoreObject(ctx, c, a, it, annotated, ms.Spec.Policy.Drift)
 		if !ok {
 			rec.partial = true
@@ -54,7 +55,7 @@ func restoreRecord(ctx context.Context, ms *v1alpha1.ManifestSync, c *cluster, a
 
 // restoreObject is an inventory object as the last apply left it, if it
 // is still ours with digest, the DigestAnnotation that applying the
-// desired object writes (asApplied). An object applied otherwise (by an
+// desired object writes (ssa.AsApplied). An object applied otherwise (by an
 // operator that sent a Secret's stringData as it is) is not restored, and
 // so is applied once more.
 func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem, digest string, policy v1alpha1.DriftPolicy) (appliedObject, bool) {

@@ -201,28 +201,6 @@ func TestAllowedNamespaces(t *testing.T) {
 	}
 }
 
-func TestPolicyAnnotation(t *testing.T) {
-	a := &applier{policy: v1alpha1.PolicyAdopt}
-	obj := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{}}}
-	if p, _ := a.policyOf(obj); p != v1alpha1.PolicyAdopt {
-		t.Errorf("default: %s", p)
-	}
-	obj.SetAnnotations(map[string]string{PolicyAnnotation: "Keep"})
-	if p, _ := a.policyOf(obj); p != v1alpha1.PolicyKeep {
-		t.Errorf("annotation: %s", p)
-	}
-	obj.SetAnnotations(map[string]string{PolicyAnnotation: "keep"})
-	if _, err := a.policyOf(obj); err == nil {
-		t.Error("a bad annotation is accepted")
-	}
-}
-
-func TestImmutable(t *testing.T) {
-	if immutable(errors.New("field is immutable")) {
-		t.Error("a plain error is an API error")
-	}
-}
-
 // The write guard refuses one write more than its limit of one desired
 // state within its window, and clears by itself: for a new desired state
 // at once, and as the window passes.

@@ -14,7 +14,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/redact"
 	"github.com/manifestsync/manifestsync/internal/objdiff"
-	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // MaxDiffBytes bounds the unified diff of one object; past it the diff is
@@ -24,12 +24,12 @@ const MaxDiffBytes = 256 << 10
 // Diff is what a sync of ms would do now, object by object: ms evaluated
 // by eval (its sources fetched as its spec says, in-cluster inputs read
 // through c), then every object applied as a server-side dry run through
-// c, as `engine diff` does (controller.DryRun), instanceID being the
+// c, as `engine diff` does (applier.DryRun), instanceID being the
 // operator's --instance-id. A target of another cluster
 // (spec.targets[].cluster) is dry-run in that cluster, as the user: its
 // kubeconfig Secret is read through c (a user who may not read it gets the
 // API server's refusal on that target's row), its client built as
-// controller.RemoteClientAs builds it (no files, no exec plugins), the
+// applier.RemoteClientAs builds it (no files, no exec plugins), the
 // objects to prune being the inventory entries of that cluster. A remote
 // cluster that cannot be used, or does not answer within
 // RemoteDiffTimeout, fails its own targets' rows only (Failed, with the
@@ -53,12 +53,12 @@ func Diff(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, eval 
 	// the user reads it, all at once, so that an unreachable cluster costs
 	// its own RemoteDiffTimeout only.
 	groups := clusterGroups(ms, res.Targets)
-	results := make([][]controller.ObjectDiff, len(groups))
+	results := make([][]applier.ObjectDiff, len(groups))
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
 		wg.Go(func() {
-			results[i], errs[i] = g.dryRun(ctx, c, ms, controller.Options{InstanceID: instanceID})
+			results[i], errs[i] = g.dryRun(ctx, c, ms, applier.DiffOptions{InstanceID: instanceID})
 		})
 	}
 	wg.Wait()
@@ -76,7 +76,7 @@ func Diff(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, eval 
 		default: // a remote cluster fails its own targets only
 			msg := res.Redactor.Error(errs[i]).Error()
 			for _, t := range g.targets {
-				out = append(out, ObjectDiff{Target: res.Redactor.String(t.ID()), Action: string(controller.ActionFailed), Error: msg})
+				out = append(out, ObjectDiff{Target: res.Redactor.String(t.ID()), Action: string(applier.ActionFailed), Error: msg})
 			}
 		}
 	}
@@ -85,7 +85,7 @@ func Diff(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, eval 
 
 // objectDiffs are the dry run's diffs as the page shows them, every
 // Secret value red knows masked.
-func objectDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) ([]ObjectDiff, error) {
+func objectDiffs(diffs []applier.ObjectDiff, red *redact.Redactor) ([]ObjectDiff, error) {
 	objdiff.RedactDiffs(diffs, red)
 	out := make([]ObjectDiff, 0, len(diffs))
 	for _, d := range diffs {
@@ -95,7 +95,7 @@ func objectDiffs(diffs []controller.ObjectDiff, red *redact.Redactor) ([]ObjectD
 			od.Error = d.Err.Error()
 		}
 		switch d.Action {
-		case controller.ActionCreated, controller.ActionConfigured, controller.ActionPruned:
+		case applier.ActionCreated, applier.ActionConfigured, applier.ActionPruned:
 			var b strings.Builder
 			name := od.Target + "/" + od.Object
 			if err := objdiff.Write(&b, "live/"+name, "desired/"+name, d.Live, d.Desired, red); err != nil {
@@ -132,7 +132,7 @@ func clusterGroups(ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) []
 	groups := []*clusterGroup{{}}
 	byRef := map[string]*clusterGroup{"": groups[0]}
 	for _, t := range targets {
-		ref := controller.ClusterRefOf(ms, t)
+		ref := applier.ClusterRefOf(ms, t)
 		g := byRef[ref]
 		if g == nil {
 			g = &clusterGroup{ref: ref}
@@ -155,19 +155,19 @@ func clusterGroups(ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) []
 
 // dryRun dry-runs g's targets as the user of c: through c for this
 // cluster, else through the client of the cluster's kubeconfig Secret read
-// through c (controller.RemoteClientAs: no files, no exec plugins), the
+// through c (applier.RemoteClientAs: no files, no exec plugins), the
 // inventory of ms read through c.
-func (g *clusterGroup) dryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, opts controller.Options) ([]controller.ObjectDiff, error) {
+func (g *clusterGroup) dryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, opts applier.DiffOptions) ([]applier.ObjectDiff, error) {
 	if g.spec == nil {
-		return controller.DryRunCluster(ctx, c, c, "", ms, g.targets, opts)
+		return applier.DryRunCluster(ctx, c, c, "", ms, g.targets, opts)
 	}
 	ctx, cancel := context.WithTimeout(ctx, RemoteDiffTimeout)
 	defer cancel()
-	remote, err := controller.RemoteClientAs(ctx, ms, g.spec, c, RemoteRequestTimeout)
+	remote, err := applier.RemoteClientAs(ctx, ms, g.spec, c, RemoteRequestTimeout)
 	if err != nil {
 		return nil, err
 	}
-	diffs, err := controller.DryRunCluster(ctx, remote, c, g.ref, ms, g.targets, opts)
+	diffs, err := applier.DryRunCluster(ctx, remote, c, g.ref, ms, g.targets, opts)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("cluster %q: no answer within %v: %w", g.spec.KubeConfigSecretRef.Name, RemoteDiffTimeout, err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
-	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // inProcess evaluates in this process, without sources: the tests' stand
@@ -51,7 +51,7 @@ func TestDiff(t *testing.T) {
 			Targets:   []v1alpha1.Target{{Name: "prod", Namespace: ns}},
 		},
 	}
-	ours := map[string]string{controller.OwnerLabel: ns + ".app"}
+	ours := map[string]string{applier.OwnerLabel: ns + ".app"}
 	create(t,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg", Labels: ours}, Data: map[string]string{"a": "old"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds", Labels: ours}, StringData: map[string]string{"password": "old-secret-value"}},

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
-	"github.com/manifestsync/manifestsync/operator/controller"
+	"github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // remoteScript makes a ConfigMap "cfg" in every target.
@@ -132,7 +132,7 @@ func TestDiffRemoteTarget(t *testing.T) {
 	kc := remoteKubeconfig(t, "admin-"+home)
 	kubeconfigSecrets(t, home, map[string][]byte{"remote": kc})
 	ms := remoteSync(home, remoteNS, "remote")
-	ours := map[string]string{controller.OwnerLabel: home + ".app"}
+	ours := map[string]string{applier.OwnerLabel: home + ".app"}
 	for _, o := range []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "cfg", Labels: ours}, Data: map[string]string{"a": "old"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "old", Labels: ours}, Data: map[string]string{"b": "x"}},

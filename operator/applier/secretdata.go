@@ -1,4 +1,4 @@
-package controller
+package applier
 
 import (
 	"encoding/base64"
@@ -13,20 +13,20 @@ import (
 // stores no stringData. A Secret applied with stringData leaves our field
 // manager owning f:stringData, a field no object has, and owning nothing
 // of data: a hand edit of data then changes none of our fields, and drift
-// (a change of the fields we own, drift.go) never sees it. So every write
-// that applies an object sends it as asApplied makes it: a Secret's
+// (a change of the fields we own, as the reconciler judges it) never sees it. So every write
+// that applies an object sends it as AsApplied makes it: a Secret's
 // stringData already merged into data, as Flux's server-side apply does,
 // so that we own the f:data keys the API server keeps.
 
-// asApplied is desired as the applier sends it, and the value of its
+// AsApplied is desired as the applier sends it, and the value of its
 // DigestAnnotation. A core/v1 Secret with stringData is a copy with
 // stringData merged into data, and its annotation the digest of that
 // copy, so that an object a former operator applied with stringData (its
 // annotation the digest of the desired object as the engine made it) is
-// applied once more, owning data, rather than taken as applied (restore.go).
+// applied once more, owning data, rather than taken as applied (the reconciler's restore of its records).
 // Any other object is desired itself, its annotation the engine's digest.
 // desired is never changed.
-func asApplied(desired *unstructured.Unstructured, digest string) (*unstructured.Unstructured, string) {
+func AsApplied(desired *unstructured.Unstructured, digest string) (*unstructured.Unstructured, string) {
 	obj, changed := mergeStringData(desired)
 	if !changed {
 		return desired, digest

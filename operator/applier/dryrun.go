@@ -1,4 +1,4 @@
-package controller
+package applier
 
 import (
 	"context"
@@ -22,8 +22,15 @@ import (
 // more: a sync would delete it. Only DryRun reports it.
 const ActionPruned Action = "Pruned"
 
+// DiffOptions are the operator's, as DryRun needs them.
+type DiffOptions struct {
+	// InstanceID is the operator's --instance-id: it decides the owner
+	// label and the field manager (OwnerOf, FieldManagerOf).
+	InstanceID string
+}
+
 // ObjectDiff is what a sync would do to one object, as a server-side dry
-// run through the reconciler's own applier says.
+// run through the reconciler's own applier (Manager) says.
 type ObjectDiff struct {
 	// Target is the target's ID.
 	Target string
@@ -73,11 +80,11 @@ func (d ObjectDiff) Changes() bool {
 // label in the targets' namespaces, of the kinds being applied.
 //
 // opts are the operator's: its instance id decides the owner label and the
-// field manager; the rest is not used.
+// field manager.
 //
 // An error means the cluster could not be read; an object that would fail
 // to apply is reported as Failed.
-func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
+func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts DiffOptions) ([]ObjectDiff, error) {
 	return dryRun(ctx, c, c, nil, ms, targets, opts)
 }
 
@@ -90,21 +97,27 @@ func DryRun(ctx context.Context, c client.Client, ms *v1alpha1.ManifestSync, tar
 // an object is never looked for in a cluster it was not applied to.
 // Without a live ManifestSync in home, the candidates are the objects of
 // c's cluster carrying its owner label, as DryRun's.
-func DryRunCluster(ctx context.Context, c client.Client, home client.Reader, cluster string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
+func DryRunCluster(ctx context.Context, c client.Client, home client.Reader, cluster string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts DiffOptions) ([]ObjectDiff, error) {
 	return dryRun(ctx, c, home, &cluster, ms, targets, opts)
 }
 
 // ClusterRefOf is the cluster of target t of ms as the inventory records
 // it: "" for ms's own cluster, else "<kubeconfig secret>/<key>".
 func ClusterRefOf(ms *v1alpha1.ManifestSync, t *engine.TargetResult) string {
-	return clusterRefOf(ms, t)
+	for i := range ms.Spec.Targets {
+		if st := &ms.Spec.Targets[i]; st.Name == t.Name && st.Cluster != nil {
+			kc := KubeConfigOf(ms, st.Cluster.KubeConfigSecretRef)
+			return kc.Name + "/" + kc.Key
+		}
+	}
+	return ""
 }
 
 // dryRun is DryRun and DryRunCluster: the ManifestSync is read through
 // home; cluster, when not nil, keeps the inventory entries of that cluster
 // only.
-func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts Options) ([]ObjectDiff, error) {
-	a := &applier{client: c, live: c, managed: c, owner: opts.owner(ms), manager: opts.fieldManager(), policy: ms.Spec.Policy.Resources, dryRun: true}
+func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult, opts DiffOptions) ([]ObjectDiff, error) {
+	a := &Manager{Client: c, Live: c, Managed: c, Owner: OwnerOf(ms, opts.InstanceID), FieldManager: FieldManagerOf(opts.InstanceID), Policy: ms.Spec.Policy.Resources, DryRun: true}
 	var (
 		out     []ObjectDiff
 		desired = map[v1alpha1.ObjectID]bool{}
@@ -142,7 +155,7 @@ func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *s
 	if ms.Spec.Policy.Prune != nil && !*ms.Spec.Policy.Prune {
 		return out, nil
 	}
-	candidates, err := pruneCandidates(ctx, c, home, cluster, ms, a.owner, targets)
+	candidates, err := pruneCandidates(ctx, c, home, cluster, ms, a.Owner, targets)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +167,7 @@ func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *s
 		if err != nil {
 			return nil, err
 		}
-		if live == nil || live.GetLabels()[OwnerLabel] != a.owner || live.GetAnnotations()[PruneAnnotation] == PruneDisabled {
+		if live == nil || live.GetLabels()[OwnerLabel] != a.Owner || live.GetAnnotations()[PruneAnnotation] == PruneDisabled {
 			continue
 		}
 		desired[it.id] = true // once, even if listed by several targets
@@ -171,27 +184,27 @@ func dryRun(ctx context.Context, c client.Client, home client.Reader, cluster *s
 // created before this one: an object in a namespace, or of a kind, that the
 // target creates cannot be dry-run (the namespace or CRD does not exist
 // yet), and is shown as it is sent.
-func dryRunObject(ctx context.Context, a *applier, t *engine.TargetResult, obj *unstructured.Unstructured, digest string, created map[v1alpha1.ObjectID]bool) (ObjectDiff, error) {
+func dryRunObject(ctx context.Context, a *Manager, t *engine.TargetResult, obj *unstructured.Unstructured, digest string, created map[v1alpha1.ObjectID]bool) (ObjectDiff, error) {
 	id := v1alpha1.IDOf(obj)
 	d := ObjectDiff{Target: t.ID(), GVK: obj.GroupVersionKind(), Namespace: id.Namespace, Name: id.Name}
-	live, err := getLive(ctx, a.live, obj.GroupVersionKind(), objectKey(id))
+	live, err := getLive(ctx, a.Live, obj.GroupVersionKind(), objectKey(id))
 	if err != nil {
 		return d, err
 	}
 	d.Live = NormalizeForDiff(live)
-	ch := a.apply(ctx, obj, digest, t.ID())
+	ch := a.Apply(ctx, obj, digest)
 	d.Action, d.Err = ch.Action, ch.Err
 	switch ch.Action {
 	case ActionFailed:
-		if live == nil && ch.result != nil && createdBefore(ch.Err, obj, t, created) {
-			d.Action, d.Err, d.Desired = ActionCreated, nil, NormalizeForDiff(ch.result)
+		if live == nil && ch.Applied != nil && createdBefore(ch.Err, obj, t, created) {
+			d.Action, d.Err, d.Desired = ActionCreated, nil, NormalizeForDiff(ch.Applied)
 		}
 	case ActionConflict, ActionSkipped:
 	default:
-		if ch.result == nil { // kept as it is (policy Keep)
+		if ch.Applied == nil { // kept as it is (policy Keep)
 			break
 		}
-		d.Desired = NormalizeForDiff(ch.result)
+		d.Desired = NormalizeForDiff(ch.Applied)
 		switch {
 		case live == nil:
 			d.Action = ActionCreated
@@ -232,18 +245,18 @@ func createdBefore(err error, obj *unstructured.Unstructured, t *engine.TargetRe
 // follows, so the object is replaced (a dry-run update), which leaves it
 // as the two would: exactly obj, with the API server's defaults. A change
 // refused as immutable would recreate the object as obj.
-func (a *applier) replaceDryRun(ctx context.Context, obj, live *unstructured.Unstructured, ch Change) Change {
+func (a *Manager) replaceDryRun(ctx context.Context, obj, live *unstructured.Unstructured, ch Change) Change {
 	put := obj.DeepCopy()
 	put.SetResourceVersion(live.GetResourceVersion())
-	ch.result = put
-	err := a.client.Update(ctx, put, client.DryRunAll, client.FieldOwner(a.fieldManager()))
+	ch.Applied = put
+	err := a.Client.Update(ctx, put, client.DryRunAll, client.FieldOwner(a.fieldManager()))
 	switch {
 	case err == nil:
 		ch.Action, ch.ResourceVersion = ActionConfigured, put.GetResourceVersion()
 	case immutable(err):
-		ch.Action, ch.result = ActionConfigured, obj // recreated
+		ch.Action, ch.Applied = ActionConfigured, obj // recreated
 	default:
-		return ch.failed(fmt.Errorf("applying %s: %w", ch.Item.id.String(), err))
+		return ch.failed(fmt.Errorf("applying %s: %w", ch.ID.String(), err))
 	}
 	return ch
 }
@@ -269,7 +282,7 @@ func getLive(ctx context.Context, r client.Reader, gvk schema.GroupVersionKind, 
 // nil), or, when it is not in home's cluster, the objects of c's cluster
 // carrying its owner label in the targets' namespaces, of the kinds the
 // targets apply.
-func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, owner string, targets []*engine.TargetResult) ([]inventoryItem, error) {
+func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, cluster *string, ms *v1alpha1.ManifestSync, owner string, targets []*engine.TargetResult) ([]entry, error) {
 	live := &v1alpha1.ManifestSync{}
 	err := home.Get(ctx, client.ObjectKeyFromObject(ms), live)
 	switch {
@@ -278,14 +291,14 @@ func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, c
 		if err != nil || cluster == nil {
 			return items, err
 		}
-		return slices.DeleteFunc(items, func(it inventoryItem) bool { return it.cluster != *cluster }), nil
+		return slices.DeleteFunc(items, func(it entry) bool { return it.cluster != *cluster }), nil
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
 	default:
 		return nil, fmt.Errorf("reading ManifestSync %s/%s: %w", ms.Namespace, ms.Name, err)
 	}
-	var items []inventoryItem
+	var items []entry
 	for _, t := range targets {
-		for _, gvk := range kindsOf(t, nil) { // made: a dry run makes every object
+		for _, gvk := range kindsOf(t) {
 			list := &metav1.PartialObjectMetadataList{}
 			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 			opts := []client.ListOption{client.MatchingLabels{OwnerLabel: owner}}
@@ -303,7 +316,7 @@ func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, c
 					continue // a hook: in no inventory, never pruned
 				}
 				id := v1alpha1.ObjectID{Namespace: o.Namespace, Name: o.Name, Group: gvk.Group, Kind: gvk.Kind}
-				items = append(items, inventoryItem{id: id, version: gvk.Version, target: t.ID()})
+				items = append(items, entry{id: id, version: gvk.Version, target: t.ID()})
 			}
 		}
 	}
@@ -312,7 +325,7 @@ func pruneCandidates(ctx context.Context, c client.Client, home client.Reader, c
 
 // inventoryOf is live's inventory; when targets are not all of ms's, only
 // the entries of those targets.
-func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) ([]inventoryItem, error) {
+func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult) ([]entry, error) {
 	evaluated := map[string]bool{}
 	for _, t := range targets {
 		evaluated[t.Name] = true
@@ -328,7 +341,7 @@ func inventoryOf(live, ms *v1alpha1.ManifestSync, targets []*engine.TargetResult
 	if all {
 		return items, nil
 	}
-	return slices.DeleteFunc(items, func(it inventoryItem) bool {
+	return slices.DeleteFunc(items, func(it entry) bool {
 		name, _, _ := strings.Cut(it.target, "/")
 		return !evaluated[name]
 	}), nil
@@ -353,6 +366,51 @@ func NormalizeForDiff(obj *unstructured.Unstructured) *unstructured.Unstructured
 			unstructured.RemoveNestedField(out.Object, "metadata", "annotations")
 		} else {
 			out.SetAnnotations(ann)
+		}
+	}
+	return out
+}
+
+// entry is an entry of a ManifestSync's inventory, as DryRun reads it.
+type entry struct {
+	id      v1alpha1.ObjectID
+	version string
+	target  string
+	cluster string // as ClusterRefOf
+}
+
+func (it entry) gvk() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: it.id.Group, Version: it.version, Kind: it.id.Kind}
+}
+
+// parseInventory reads ms's inventory (status.inventory or
+// status.inventoryGzip) whole, as the reconciler reads it: entries that do
+// not parse are dropped (they cannot name an object to prune); an
+// inventory that cannot be read is an error, never an empty inventory.
+func parseInventory(ms *v1alpha1.ManifestSync) ([]entry, error) {
+	var items []entry
+	err := ms.EachInventoryEntry(func(e v1alpha1.InventoryEntry) error {
+		id, err := e.Object()
+		if err != nil || e.Version == "" {
+			return nil
+		}
+		items = append(items, entry{id: id, version: e.Version, target: e.Target, cluster: e.Cluster})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// kindsOf lists the kinds of t's objects, each once.
+func kindsOf(t *engine.TargetResult) []schema.GroupVersionKind {
+	seen := map[schema.GroupVersionKind]bool{}
+	var out []schema.GroupVersionKind
+	for _, o := range t.Objects {
+		if gvk := o.GroupVersionKind(); !seen[gvk] {
+			seen[gvk] = true
+			out = append(out, gvk)
 		}
 	}
 	return out
