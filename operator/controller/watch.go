@@ -50,6 +50,14 @@ const (
 // manages (only those carrying OwnerLabel; their metadata, and whole
 // objects of the kinds whose health needs their status).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	return r.SetupWithManagerWrapped(ctx, mgr, nil)
+}
+
+// SetupWithManagerWrapped is SetupWithManager with the controller
+// reconciling through wrap(r) (when not nil): the filter of a shard
+// replica (operator/shard.Replica.Wrap), which reconciles only the
+// ManifestSyncs of its share, within its fence.
+func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manager, wrap func(reconcile.Reconciler) reconcile.Reconciler) error {
 	if err := ValidateInstanceID(r.Options.InstanceID); err != nil {
 		return err
 	}
@@ -132,7 +140,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			builder.WithPredicates(predicate.Or[client.Object](predicate.LabelChangedPredicate{}, allowFromChanged()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.concurrency(), RateLimiter: rateLimiter}).
 		Named("manifestsync").
-		Build(r)
+		Build(wrapped(r, wrap))
 	if err != nil {
 		return err
 	}
@@ -155,6 +163,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.watches = w
 	return r.setupClusters(ctx, mgr)
+}
+
+func wrapped(r reconcile.Reconciler, wrap func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {
+	if wrap == nil {
+		return r
+	}
+	return wrap(r)
 }
 
 // cacheRunnable makes the manager start a cache with its own, before the
