@@ -210,7 +210,7 @@ func TestChartOptions(t *testing.T) {
 			if strings.HasPrefix(a, "--ui-bind-address") {
 				t.Errorf("the operator serves the web UI by default: %v", args)
 			}
-			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") ||
+			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") || strings.HasPrefix(a, "--watch-label-selector") ||
 				strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
 				t.Errorf("the operator's args %v set %s by default", args, a)
 			}
@@ -240,7 +240,7 @@ func TestChartOptions(t *testing.T) {
 		checkWiring(t, objs)
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
 		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--git-cache-max-size=256Mi", "--helm-cache-max-size=64Mi", "--require-service-account",
-			"--instance-id=eu-1", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
+			"--instance-id=eu-1", "--watch-label-selector=sharding.fluxcd.io/key in (shard1, shard2)", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
 			"--trusted-namespaces=ops,platform", "--default-service-account=tenant", "--ui-bind-address=:9090"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the operator's args %v lack %s", args, want)
