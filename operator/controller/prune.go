@@ -10,11 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // pruneResult is the inventory after a sync and what pruning did.
@@ -169,27 +168,13 @@ func (p pruneCandidate) wave() int {
 // (someone took one over by removing our label) are never read as ours
 // (see ownedObject).
 func deleteOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) (bool, error) {
-	if obj.Annotations[PruneAnnotation] == PruneDisabled {
-		return false, nil
-	}
-	uid := obj.UID
-	if err := c.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return false, nil // gone, or replaced by another object
-		}
-		return false, fmt.Errorf("pruning %s: %w", it.id.String(), err)
-	}
-	return true, nil
+	return ssa.Delete(ctx, c.client, it.id, obj)
 }
 
 // orphanOwned removes our label and digest annotation from obj, the live
 // metadata of an object of ours, leaving it otherwise as it is.
 func orphanOwned(ctx context.Context, c *cluster, it inventoryItem, obj *metav1.PartialObjectMetadata) error {
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
-	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("orphaning %s: %w", it.id.String(), err)
-	}
-	return nil
+	return ssa.Orphan(ctx, c.client, it.id, obj)
 }
 
 // ownedObject reads the metadata of an inventory object from the API

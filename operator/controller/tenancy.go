@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	ssa "github.com/manifestsync/manifestsync/operator/applier"
 )
 
 // errServiceAccountRequired fails a ManifestSync without
@@ -42,7 +43,7 @@ func (r *Reconciler) localCluster(ms *v1alpha1.ManifestSync) (*cluster, error) {
 			return nil, errServiceAccountRequired
 		}
 		if r.Options.gated(ms) {
-			c.client = gatedClient{Client: r.Client, gate: r.writeGate(ms)}
+			c.client = ssa.GatedClient{Client: r.Client, Gate: r.writeGate(ms)}
 		}
 		return c, nil
 	}
