@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	goflag "flag"
 	"fmt"
 	"os"
@@ -27,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine/source/git"
@@ -65,6 +68,7 @@ type operatorFlags struct {
 	// watchLabelSelector is --watch-label-selector: the ManifestSyncs
 	// this operator caches and reconciles (manifestSyncSelector).
 	watchLabelSelector string
+	shards             shardFlags // --shards, --shard-id (shards.go)
 }
 
 func newOperatorCmd() *cobra.Command {
@@ -99,6 +103,16 @@ ui.enabled grants them). The UI reads ManifestSyncs from the operator's
 own cache: it adds no watch. It speaks plain HTTP: expose it through an
 Ingress that terminates TLS, or reach it with kubectl port-forward.
 
+With --shards auto, every replica reconciles (docs/sharding.md): each
+holds a Lease of its own (manifestsync-shard-ID, in
+--leader-election-namespace or its own), and reconciles and caches only
+the ManifestSyncs labelled shard.manifestsync.dev/owner=ID. The replica
+holding the leader lease assigns them over the live Leases by consistent
+hashing; before one moves, its old owner finishes its sync in flight and
+lets go (shard.manifestsync.dev/drain). A replica that cannot renew its
+Lease for 10s stops writing and exits, before the Lease expires and its
+ManifestSyncs go to the others.
+
 With --instance-id, the operator's field manager is manifestsync-ID and the
 owner label of its objects "<namespace>.<name>_ID": operators of several
 clusters writing to one shared cluster then never take over, prune or
@@ -113,6 +127,15 @@ to 19.4s by default); a leader that stops (SIGTERM) releases its lease at
 once. A leader that cannot renew its lease within the renew deadline (an
 API server outage) exits rather than risk writing beside a new leader; its
 pod restarts it as a standby.
+
+With --watch-label-selector, the operator caches, watches and reconciles
+only the ManifestSyncs the selector matches, as Flux's controllers shard
+by hand (docs/sharding.md): one Deployment per shard, such as
+"sharding.fluxcd.io/key=shard1", and one with "!sharding.fluxcd.io/key"
+for the rest. Each selector has a leader election lease of its own
+(manifestsync.dev-<hash of the selector>). A ManifestSync relabelled out
+of the selector is forgotten, not deleted: nothing of it is pruned, and
+the shard it now matches takes it up.
 
 On SIGTERM the syncs in flight finish their applies and status (within
 --graceful-shutdown-timeout), so that no target is left half-applied;
@@ -179,6 +202,9 @@ nine tenths of what the evaluation workers leave of it.`,
 		"how often the leader renews its lease and standbys try to take it (each wait jittered up to 2.2x); a killed leader is replaced within the lease duration plus two of these")
 	fl.DurationVar(&f.shutdownGrace, "graceful-shutdown-timeout", 25*time.Second,
 		"how long the operator waits, once told to stop (SIGTERM), for the syncs in flight to finish their applies and status; keep it below the pod's terminationGracePeriodSeconds (30s by default)")
+	fl.StringVar(&f.shards.mode, "shards", "off",
+		`"auto": every replica reconciles its share of the ManifestSyncs, assigned by the leader over the replicas' Leases (docs/sharding.md); "off": the leader reconciles all`)
+	fl.StringVar(&f.shards.id, "shard-id", "", "this replica's ID with --shards auto (its Lease manifestsync-shard-ID, the value of the label shard.manifestsync.dev/owner); default: $POD_NAME, else the host's name")
 	fl.StringVar(&f.watchLabelSelector, "watch-label-selector", "",
 		`reconcile only the ManifestSyncs this label selector matches (as Flux's controllers shard by hand: "sharding.fluxcd.io/key=shard1" in one Deployment, "!sharding.fluxcd.io/key" in the one that takes the rest); default: every ManifestSync`)
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")
@@ -231,6 +257,10 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err != nil {
 		return err
 	}
+	shards, err := newSharding(f)
+	if err != nil {
+		return err
+	}
 	if !f.trustedSet {
 		f.reconcilerOpts.TrustedNamespaces = ownNamespace(os.Getenv, os.ReadFile)
 	}
@@ -279,12 +309,14 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	f.reconcilerOpts.APIServer = apiServer
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: f.metricsAddr},
-		HealthProbeBindAddress:  f.probeAddr,
-		PprofBindAddress:        f.pprofAddr,
-		LeaderElection:          f.leaderElect,
-		LeaderElectionID:        "manifestsync.dev",
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress: f.probeAddr,
+		PprofBindAddress:       f.pprofAddr,
+		// With --shards auto every replica reconciles; only its sharder
+		// is elected (shards.go).
+		LeaderElection:          f.leaderElect && shards == nil,
+		LeaderElectionID:        leaderElectionID(msSelector),
 		LeaderElectionNamespace: f.leaderElectNS,
 		// A leader that stops gives up its lease at once, so that a
 		// standby takes over without waiting for it to expire.
@@ -297,7 +329,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		// watches; object bodies (Secrets above all) are read on demand
 		// and never cached cluster-wide.
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: apiServer.NewInformer,
-			ByObject: map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: msSelector}}},
+			ByObject: map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: shards.selector(msSelector)}}},
 	})
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -335,8 +367,14 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	if err := mgr.Add(controller.HTTPSweeper(httpCache, mgr.GetClient(), controller.GitSweepPeriod)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
+	var wrap func(reconcile.Reconciler) reconcile.Reconciler
+	if shards != nil {
+		if wrap, err = shards.setup(mgr, cfg, scheme, f, msSelector, leaderElectionID(msSelector)); err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+	}
 	r := &controller.Reconciler{Options: f.reconcilerOpts, Git: gitCache.Provider, Helm: helmCache.Provider, OCI: ociCache.Provider, HTTP: httpCache.Provider}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
+	if err := r.SetupWithManagerWrapped(ctx, mgr, wrap); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if f.webhookAddr != "" && f.webhookAddr != "0" {
@@ -355,7 +393,20 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	defer stopUI()
 	log.Info("starting", "version", buildVersion(), "instance", f.reconcilerOpts.InstanceID, "webhook", f.webhookAddr, "ui", f.uiAddr, "host", cfg.Host, "leaderElection", f.leaderElect, "concurrency", f.concurrency)
-	if err := mgr.Start(ctx); err != nil {
+	if shards == nil {
+		if err := mgr.Start(ctx); err != nil {
+			return failed(fmt.Errorf("operator: %w", err))
+		}
+		return nil
+	}
+	mctx, stopMgr := context.WithCancel(ctx)
+	defer stopMgr()
+	shards.start(stopMgr)
+	err = mgr.Start(mctx)
+	if ferr := shards.finish(); ferr != nil {
+		return failed(ferr)
+	}
+	if err != nil {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
 	return nil
@@ -379,6 +430,18 @@ func manifestSyncSelector(f *operatorFlags) (labels.Selector, error) {
 		return nil, usageErr("operator: --watch-label-selector %q: %v", f.watchLabelSelector, err)
 	}
 	return sel, nil
+}
+
+// leaderElectionID is the name of the leader election lease: one per
+// --watch-label-selector, as Flux's sharded controllers have, so that the
+// Deployment of each shard elects a leader of its own in one namespace
+// (a shared lease would let one shard's leader stop all the others).
+func leaderElectionID(sel labels.Selector) string {
+	if sel.Empty() {
+		return "manifestsync.dev"
+	}
+	sum := sha256.Sum256([]byte(sel.String())) // canonical: the requirements sorted
+	return "manifestsync.dev-" + hex.EncodeToString(sum[:5])
 }
 
 // waitForAPI waits until the API server serves the ManifestSync API,

@@ -3,7 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
-	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,8 +36,11 @@ type Replica struct {
 	Client client.Client
 	ID     string
 	Member *Member
-
-	acked sync.Map // keys acknowledged, whose disappearance from the cache is no deletion
+	// ShutdownGrace is how long a reconcile in flight may go on once ctx
+	// ends (the operator stops), as the reconciler's own grace, which the
+	// operator then sets to nothing: the fence must cut a reconcile short
+	// at once, grace or not.
+	ShutdownGrace time.Duration
 }
 
 // Predicate lets through the events of ManifestSyncs of this replica
@@ -55,18 +58,16 @@ func (r *Replica) Wrap(inner reconcile.Reconciler) reconcile.Reconciler {
 		var ms v1alpha1.ManifestSync
 		if err := r.Reader.Get(ctx, req.NamespacedName, &ms); err != nil {
 			if apierrors.IsNotFound(err) {
-				if _, moved := r.acked.LoadAndDelete(req.NamespacedName); moved {
-					return reconcile.Result{}, nil // it moved, not deleted
-				}
+				// Deleted, or moved away (its owner label gone): the
+				// reconciler forgets what it held of it.
 				return inner.Reconcile(ctx, req)
 			}
 			return reconcile.Result{}, err
 		}
-		r.acked.Delete(req.NamespacedName)
 		if ms.Labels[OwnerLabel] != r.ID {
 			return reconcile.Result{}, nil
 		}
-		fctx, cancel := r.Member.Fence(ctx)
+		fctx, cancel := r.fence(ctx)
 		defer cancel()
 		if fctx.Err() != nil {
 			return reconcile.Result{}, nil // fenced: the sharder moves it after expiry
@@ -78,6 +79,39 @@ func (r *Replica) Wrap(inner reconcile.Reconciler) reconcile.Reconciler {
 	})
 }
 
+// fence is the context of one reconcile: cancelled at once when the
+// Member's fence falls, and ShutdownGrace after ctx ends.
+func (r *Replica) fence(ctx context.Context) (context.Context, context.CancelFunc) {
+	fenced, stop := r.Member.Fence(context.Background())
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	if fenced.Err() != nil {
+		stop()
+		cancel(ErrFenced)
+		return out, func() {}
+	}
+	go func() {
+		defer stop()
+		select {
+		case <-fenced.Done():
+			cancel(ErrFenced)
+			return
+		case <-out.Done():
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(r.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-fenced.Done():
+			cancel(ErrFenced)
+		case <-out.Done():
+		case <-t.C:
+			cancel(fmt.Errorf("shutting down: the reconcile did not finish within the shutdown grace of %s", r.ShutdownGrace))
+		}
+	}()
+	return out, func() { cancel(context.Canceled) }
+}
+
 // ack removes the owner and drain labels, if the owner is still this
 // replica.
 func (r *Replica) ack(ctx context.Context, ms *v1alpha1.ManifestSync) error {
@@ -85,9 +119,7 @@ func (r *Replica) ack(ctx context.Context, ms *v1alpha1.ManifestSync) error {
 	m.Namespace, m.Name = ms.Namespace, ms.Name
 	patch := fmt.Sprintf(`[{"op":"test","path":%q,"value":%q},{"op":"remove","path":%q},{"op":"remove","path":%q}]`,
 		labelPath(OwnerLabel), r.ID, labelPath(OwnerLabel), labelPath(DrainLabel))
-	r.acked.Store(client.ObjectKeyFromObject(ms), true)
 	if err := r.Client.Patch(ctx, m, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
-		r.acked.Delete(client.ObjectKeyFromObject(ms))
 		if isTestFailed(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 			return nil // no longer ours
 		}
@@ -106,4 +138,22 @@ func (r *Replica) Owned(ctx context.Context) (int, error) {
 	}
 	ownedGauge.Set(float64(len(list.Items)))
 	return len(list.Items), nil
+}
+
+// NeedLeaderElection is false: every replica counts its own.
+func (r *Replica) NeedLeaderElection() bool { return false }
+
+// Start keeps the owned metric up to date (every five seconds) until ctx
+// ends.
+func (r *Replica) Start(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		_, _ = r.Owned(ctx) // a cache not yet synced counts next time
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

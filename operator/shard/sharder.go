@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -57,12 +58,15 @@ type Sharder struct {
 	wake    chan struct{}
 }
 
-// NewSharder makes a sharder whose cache reads through cfg.
-func NewSharder(cfg *rest.Config, scheme *runtime.Scheme, c client.Client, namespace string) (*Sharder, error) {
+// NewSharder makes a sharder whose cache reads through cfg, of the
+// ManifestSyncs sel matches (all when nil; --watch-label-selector) and
+// the Leases of namespace.
+func NewSharder(cfg *rest.Config, scheme *runtime.Scheme, c client.Client, namespace string, sel labels.Selector) (*Sharder, error) {
 	ca, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+			msMeta():                {Label: sel},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -91,6 +95,15 @@ func msMeta() *metav1.PartialObjectMetadata {
 
 // Start runs the sharder until ctx ends.
 func (s *Sharder) Start(ctx context.Context) error {
+	if err := s.startCache(ctx); err != nil {
+		return err
+	}
+	return s.loop(ctx)
+}
+
+// startCache starts the sharder's cache, whose events wake it, and waits
+// for it to fill.
+func (s *Sharder) startCache(ctx context.Context) error {
 	go func() { _ = s.cache.Start(ctx) }()
 	handler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
@@ -107,8 +120,14 @@ func (s *Sharder) Start(ctx context.Context) error {
 		}
 	}
 	if !s.cache.WaitForCacheSync(ctx) {
-		return ctx.Err()
+		return fmt.Errorf("sharder: cache not synced: %w", ctx.Err())
 	}
+	return nil
+}
+
+// loop assigns on every event, at the next expiry of a Lease and every
+// Resync, until ctx ends.
+func (s *Sharder) loop(ctx context.Context) error {
 	resync := s.Resync
 	if resync <= 0 {
 		resync = DefaultResync
@@ -189,11 +208,11 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 	)
 	for i := range list.Items {
 		o := &list.Items[i]
-		if o.DeletionTimestamp != nil {
-			continue // its owner finishes its deletion
-		}
 		to := want[o.Namespace+"/"+o.Name]
 		owner, drain := o.Labels[OwnerLabel], o.Labels[DrainLabel]
+		if o.DeletionTimestamp != nil && isLive[owner] {
+			continue // its owner finishes its deletion
+		}
 		var write func() error
 		switch {
 		case owner == to:

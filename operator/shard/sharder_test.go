@@ -298,7 +298,7 @@ func TestSharder(t *testing.T) {
 		t.Fatalf("creating ManifestSyncs: %v", err)
 	}
 
-	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns)
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
