@@ -26,7 +26,13 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Build bin/engine.
-	$(GO) build -o $(BIN)/engine ./cmd/engine
+	CGO_ENABLED=0 $(GO) build -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine
+
+# bin/engine is built as the image builds it: static, and without the Go
+# plugin support that kustomize's plugin loader would link (which makes the
+# binary 30 MB larger and an idle operator's resident set 19 MiB larger;
+# internal/enginebuild says why; its test checks these two lines).
+ENGINE_TAGS = kustomize_disable_go_plugin_support
 
 # TEST_TIMEOUT bounds each test package's run (go test -timeout). Nothing
 # is built under it: the control plane and the image test's cross-builds

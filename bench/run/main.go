@@ -30,6 +30,7 @@ import (
 	"github.com/manifestsync/manifestsync/bench/w4"
 	"github.com/manifestsync/manifestsync/bench/w6"
 	"github.com/manifestsync/manifestsync/bench/w7"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 // clusterWorkload is a workload that needs the control plane, such as W5
@@ -185,8 +186,7 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, want map[string]bool, rounds int, dir, logs, chartFile, reportFile string, step func(string)) error {
 	step("building engine")
 	engineBin := filepath.Join(dir, "engine")
-	build := exec.CommandContext(ctx, "go", "build", "-o", engineBin, "./cmd/engine")
-	build.Dir = c.Root
+	build := enginebuild.Command(ctx, c.Root, engineBin) // as the image builds it
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building engine: %w\n%s", err, out)
 	}

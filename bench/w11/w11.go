@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 const (
@@ -81,8 +81,7 @@ func Run(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, []
 	}
 	defer os.RemoveAll(dir)
 	engineBin := filepath.Join(dir, "engine")
-	build := exec.CommandContext(ctx, "go", "build", "-o", engineBin, "./cmd/engine")
-	build.Dir = c.Root
+	build := enginebuild.Command(ctx, c.Root, engineBin) // as the image builds it
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, nil, fmt.Errorf("w11: building engine: %w\n%s", err, out)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 const costWorkload = "W12 cost"
@@ -138,8 +139,9 @@ func buildAt(ctx context.Context, root, rev, tree, out string) (string, error) {
 		return "", fmt.Errorf("git worktree add %s: %w\n%s", rev, err, out)
 	}
 	defer exec.Command("git", "-C", root, "worktree", "remove", "--force", tree).Run() //nolint:errcheck // a left worktree is pruned by git later
-	build := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/engine")
-	build.Dir = tree
+	// Built as this tree builds its own (enginebuild: as the image), so
+	// that the rows compare code, not build settings.
+	build := enginebuild.Command(ctx, tree, out)
 	if b, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building bin/engine at %s: %w\n%s", name, err, b)
 	}

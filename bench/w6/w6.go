@@ -44,6 +44,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 const (
@@ -174,15 +175,17 @@ func setup(ctx context.Context, c *harness.Cluster, dir string) (*bench, error) 
 // of c, for a ManifestSync ns/ms with targets targets.
 func newBench(ctx context.Context, c *harness.Cluster, dir, ns, ms string, targets int, naive bool) (*bench, error) {
 	b := &bench{c: c, srcNS: ns, ms: ms, targets: targets, dir: dir, engine: filepath.Join(c.Root, "bin", "engine"), naiveBin: filepath.Join(dir, "naive")}
-	builds := [][]string{{"build", "-o", b.engine, "./cmd/engine"}}
+	// Both as an image ships them: static (CGO_ENABLED=0), and the engine
+	// with its build tags (enginebuild).
+	builds := []*exec.Cmd{enginebuild.Command(ctx, c.Root, b.engine)}
 	if naive {
-		builds = append(builds, []string{"build", "-o", b.naiveBin, "./bench/w6/naive"})
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.naiveBin, "./bench/w6/naive")
+		cmd.Dir, cmd.Env = c.Root, append(os.Environ(), "CGO_ENABLED=0")
+		builds = append(builds, cmd)
 	}
-	for _, build := range builds {
-		cmd := exec.CommandContext(ctx, "go", build...)
-		cmd.Dir = c.Root
+	for _, cmd := range builds {
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go %v: %w\n%s", build, err, out)
+			return nil, fmt.Errorf("%v: %w\n%s", cmd.Args, err, out)
 		}
 	}
 	scheme := runtime.NewScheme()

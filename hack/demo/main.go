@@ -59,6 +59,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine"
 	"github.com/manifestsync/manifestsync/engine/source"
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 	"github.com/manifestsync/manifestsync/internal/plural"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 	"github.com/manifestsync/manifestsync/operator/view"
@@ -433,8 +434,8 @@ func startGitDaemon(ctx context.Context, dir string) (string, func(), error) {
 // control plane; it returns the program's path and how to stop it.
 func startOperator(ctx context.Context, root, work, kubeconfig string) (string, func(), error) {
 	bin := filepath.Join(root, "bin", "engine")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/engine")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
+	build := enginebuild.Command(ctx, root, bin) // as the image builds it
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", nil, fmt.Errorf("building engine: %w", err)
 	}

@@ -1,10 +1,10 @@
 package soak
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
@@ -56,8 +57,7 @@ func buildEngine(bin string) {
 		buildErr = err
 		return
 	}
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/engine")
-	cmd.Dir = root
+	cmd := enginebuild.Command(context.Background(), root, bin) // as the image builds it
 	if out, err := cmd.CombinedOutput(); err != nil {
 		buildErr = fmt.Errorf("go build ./cmd/engine: %w\n%s", err, out)
 		return
