@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,6 +36,17 @@ func TestOperatorWatchLabelSelectorInvalid(t *testing.T) {
 		if err != nil || got.String() != want {
 			t.Errorf("manifestSyncSelector(%q) = %v, %v; want %q", sel, got, err, want)
 		}
+	}
+	// The lease of an operator without the flag keeps its name; a
+	// selector's is its own, whatever the order of its requirements.
+	one, _ := manifestSyncSelector(&operatorFlags{watchLabelSelector: "b=2,a=1"})
+	two, _ := manifestSyncSelector(&operatorFlags{watchLabelSelector: "a=1, b=2"})
+	other, _ := manifestSyncSelector(&operatorFlags{watchLabelSelector: "a=1"})
+	if id := leaderElectionID(labels.Everything()); id != "manifestsync.dev" {
+		t.Errorf("the lease without a selector is %q, want manifestsync.dev", id)
+	}
+	if leaderElectionID(one) != leaderElectionID(two) || leaderElectionID(one) == leaderElectionID(other) || !strings.HasPrefix(leaderElectionID(one), "manifestsync.dev-") {
+		t.Errorf("leases %q, %q, %q: want the first two equal, the third another", leaderElectionID(one), leaderElectionID(two), leaderElectionID(other))
 	}
 }
 
@@ -63,8 +77,11 @@ func TestOperatorWatchLabelSelector(t *testing.T) {
 	env := ownEnv(t, testenv.WithAuditLog(audit))
 	ctx := context.Background()
 	ns := env.Namespace(t, nil)
-	a := startEngineOperatorAs(t, env, "operator-a", "--watch-label-selector", "shard=a")
-	b := startEngineOperatorAs(t, env, "operator-b", "--watch-label-selector", "shard=b")
+	// With leader election, as the chart runs them: each shard elects
+	// its own leader, or one shard would stand by for the other.
+	leaderArgs := []string{"--leader-elect", "--leader-election-namespace", ns}
+	a := startEngineOperatorAs(t, env, "operator-a", append(leaderArgs, "--watch-label-selector", "shard=a")...)
+	b := startEngineOperatorAs(t, env, "operator-b", append(leaderArgs, "--watch-label-selector", "shard=b")...)
 	for _, ms := range []*v1alpha1.ManifestSync{
 		shardSync(ns, "sync-a", "one", map[string]string{"shard": "a"}),
 		shardSync(ns, "sync-b", "one", map[string]string{"shard": "b"}),
@@ -158,4 +175,15 @@ func TestOperatorWatchLabelSelector(t *testing.T) {
 		}
 	}
 	t.Logf("writes: %v", wrote)
+	leases := &coordinationv1.LeaseList{}
+	if err := env.Client.List(ctx, leases, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range leases.Items {
+		names = append(names, l.Name)
+	}
+	if want := []string{leaderElectionID(labels.SelectorFromSet(labels.Set{"shard": "a"})), leaderElectionID(labels.SelectorFromSet(labels.Set{"shard": "b"}))}; !slices.Equal(slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("leases %v, want one per shard: %v", names, want)
+	}
 }
