@@ -22,9 +22,11 @@ import (
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
 
-// Short leases, so that the expiry of a dead replica is seen in seconds.
+// Short leases, so that the expiry of a dead replica is seen in seconds,
+// yet long enough that a loaded machine's API server answers a renewal in
+// time (a replica fences after 4s without one).
 const (
-	testLease  = 3 * time.Second
+	testLease  = 5 * time.Second
 	testRenew  = 300 * time.Millisecond
 	testMargin = time.Second
 )
@@ -64,6 +66,23 @@ type replica struct {
 	done   chan struct{}
 }
 
+// started are the replicas of the running test, by ID.
+var started sync.Map
+
+// fencedOf names a replica of ids whose fence fell, or "".
+func fencedOf(ids []string) string {
+	for _, id := range ids {
+		if r, ok := started.Load(id); ok {
+			select {
+			case <-r.(*replica).member.Fenced():
+				return id
+			default:
+			}
+		}
+	}
+	return ""
+}
+
 func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
 	t.Helper()
 	skip := true
@@ -79,7 +98,12 @@ func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
 	}
 	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
 	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: id, Member: m}
+	// As the reconciler does: a ManifestSync gone from the cache (deleted,
+	// or moved away) is forgotten, without a write; one found is synced.
 	inner := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		if err := mgr.GetCache().Get(ctx, req.NamespacedName, &v1alpha1.ManifestSync{}); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
 		f.begin(req.String(), id)
 		defer f.end(req.String())
 		time.Sleep(2 * time.Millisecond)
@@ -105,6 +129,7 @@ func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
 	}()
 	go func() { wg.Wait(); close(r.done) }()
 	t.Cleanup(r.stop)
+	started.Store(id, r)
 	return r
 }
 
@@ -247,7 +272,7 @@ func owners(t *testing.T, ns string) (map[string]string, int) {
 func converge(t *testing.T, ns string, total int, ids ...string) map[string]string {
 	t.Helper()
 	lo, hi := Bounds(total, len(ids))
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		own, draining := owners(t, ns)
 		l := map[string]int{}
@@ -264,6 +289,9 @@ func converge(t *testing.T, ns string, total int, ids ...string) map[string]stri
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not converged over %v: loads %v, %d draining", ids, l, draining)
+		}
+		if fenced := fencedOf(ids); fenced != "" {
+			t.Fatalf("replica %s fenced itself: the API server did not answer its renewals in time (a loaded machine?)", fenced)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

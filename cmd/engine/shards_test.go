@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/shard"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
+
+// Bad --shards and --shard-id values are usage errors naming the flag;
+// the cache of a replica selects its own share within
+// --watch-label-selector.
+func TestOperatorShardsFlags(t *testing.T) {
+	for _, args := range [][]string{{"--shards", "on"}, {"--shards", "auto", "--shard-id", "Not_A_Label"}, {"--shards", "auto", "--shard-id", "a"}} {
+		var stdout, stderr bytes.Buffer
+		t.Setenv("POD_NAMESPACE", "")
+		code := run(append([]string{"operator", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, args...), &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--shard") {
+			t.Errorf("engine operator %v: exit %d, stderr %q; want %d naming the flag", args, code, stderr.String(), exitUsage)
+		}
+	}
+	sel, _ := manifestSyncSelector(&operatorFlags{watchLabelSelector: "team=a"})
+	got := (&sharding{id: "r1"}).selector(sel)
+	if !got.Matches(labels.Set{"team": "a", shard.OwnerLabel: "r1"}) || got.Matches(labels.Set{"team": "a", shard.OwnerLabel: "r2"}) ||
+		got.Matches(labels.Set{shard.OwnerLabel: "r1"}) {
+		t.Errorf("selector %q: want team=a and the owner r1", got)
+	}
+	if (*sharding)(nil).selector(sel).String() != sel.String() {
+		t.Error("without --shards auto the selector changed")
+	}
+}
+
+// Two replicas of engine operator --shards auto share the ManifestSyncs:
+// each syncs only those labelled with its ID, and when the second joins
+// about half move to it, each after its old owner let go; when one stops
+// (SIGTERM) it deletes its Lease and the other takes all at once. Over
+// the whole run no ConfigMap and no ManifestSync status is written by
+// both replicas within one second (from the API server's audit log).
+func TestOperatorShards(t *testing.T) {
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	env := ownEnv(t, testenv.WithAuditLog(audit))
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	args := func(id string) []string {
+		return []string{"--shards", "auto", "--shard-id", id, "--leader-elect", "--leader-election-namespace", ns}
+	}
+	const n = 12
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("sync-%d", i)
+		if err := env.Client.Create(ctx, shardSync(ns, names[i], "one", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := startEngineOperatorAs(t, env, "operator-a", args("a")...)
+	for _, name := range names {
+		configMapHas(t, env, ns, name, "one", 2*time.Minute)
+	}
+	owners := func() map[string]int {
+		var list v1alpha1.ManifestSyncList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		c := map[string]int{}
+		for _, ms := range list.Items {
+			c[ms.Labels[shard.OwnerLabel]+ms.Labels[shard.DrainLabel]]++
+		}
+		return c
+	}
+	if o := owners(); o["a"] != n {
+		t.Fatalf("one replica: owners %v, want all a", o)
+	}
+
+	b := startEngineOperatorAs(t, env, "operator-b", args("b")...)
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if o := owners(); o["a"]+o["b"] != n || o["a"] < n/4 || o["b"] < n/4 {
+			return fmt.Errorf("owners %v, want both a and b, none draining", o)
+		}
+		return nil
+	})
+	for _, name := range names {
+		ms := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
+			t.Fatal(err)
+		}
+		ms.Spec.Params = shardSync(ns, name, "two", nil).Spec.Params
+		if err := env.Client.Update(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		configMapHas(t, env, ns, name, "two", 2*time.Minute)
+	}
+	var leases coordinationv1.LeaseList
+	if err := env.Client.List(ctx, &leases, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var leaseNames []string
+	for _, l := range leases.Items {
+		leaseNames = append(leaseNames, l.Name)
+	}
+	for _, want := range []string{"manifestsync-shard-a", "manifestsync-shard-b", "manifestsync.dev"} {
+		if !slices.Contains(leaseNames, want) {
+			t.Errorf("leases %v: no %s", leaseNames, want)
+		}
+	}
+
+	// a stops: its Lease goes with it, and b takes all without waiting
+	// for an expiry (15 s).
+	a.stop(t)
+	stopped := time.Now()
+	testenv.Eventually(t, time.Minute, func() error {
+		if o := owners(); o["b"] != n {
+			return fmt.Errorf("owners %v, want all b", o)
+		}
+		return nil
+	})
+	if took := time.Since(stopped); took > 12*time.Second {
+		t.Errorf("b took a's ManifestSyncs %s after a stopped, want well within the lease's 15s", took)
+	}
+	b.stop(t)
+
+	events, err := testenv.ReadAudit(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type write struct {
+		user string
+		at   time.Time
+	}
+	writes := map[string][]write{}
+	for _, ev := range events {
+		user := ev.User.Username
+		if (user != "operator-a" && user != "operator-b") || ev.ObjectRef.Namespace != ns || ev.ResponseStatus.Code >= 300 {
+			continue
+		}
+		switch ev.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			continue
+		}
+		// The ConfigMaps the syncs apply, and the status of each
+		// ManifestSync; not the labels the sharder and the replicas
+		// write to hand one over.
+		if ev.ObjectRef.Resource == "configmaps" || ev.ObjectRef.Resource == "manifestsyncs" && ev.ObjectRef.Subresource == "status" {
+			k := ev.ObjectRef.Resource + "/" + ev.ObjectRef.Name
+			writes[k] = append(writes[k], write{user, ev.RequestReceivedTimestamp})
+		}
+	}
+	by := map[string]bool{}
+	for k, ws := range writes {
+		slices.SortFunc(ws, func(x, y write) int { return x.at.Compare(y.at) })
+		for i := 1; i < len(ws); i++ {
+			by[ws[i].user] = true
+			if ws[i].user != ws[i-1].user && ws[i].at.Sub(ws[i-1].at) < time.Second {
+				t.Errorf("%s written by %s at %s and by %s at %s", k, ws[i-1].user, ws[i-1].at.Format(time.StampMilli), ws[i].user, ws[i].at.Format(time.StampMilli))
+			}
+		}
+	}
+	if !by["operator-a"] || !by["operator-b"] || len(writes) < n {
+		t.Errorf("writes of %d objects, by %v: want both replicas' of every ConfigMap", len(writes), by)
+	}
+}
