@@ -308,6 +308,11 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 		return failed(fmt.Errorf("operator: %w", err))
 	}
 	f.reconcilerOpts.APIServer = apiServer
+	if shards != nil {
+		if err := shards.guard(cfg, scheme); err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
@@ -401,7 +406,7 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 	}
 	mctx, stopMgr := context.WithCancel(ctx)
 	defer stopMgr()
-	shards.start(stopMgr)
+	shards.start(mctx, stopMgr)
 	err = mgr.Start(mctx)
 	if ferr := shards.finish(); ferr != nil {
 		return failed(ferr)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -73,6 +74,19 @@ func newSharding(f *operatorFlags) (*sharding, error) {
 	return &sharding{id: id, namespace: ns}, nil
 }
 
+// guard makes the replica's Member, renewing its Lease through a client
+// of its own, and guards cfg, of every other client of the operator's
+// cluster: no write leaves once the fence has fallen (shard.Member.Guard).
+func (s *sharding) guard(cfg *rest.Config, scheme *runtime.Scheme) error {
+	c, err := client.New(rest.CopyConfig(cfg), client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	s.member = &shard.Member{Client: c, Namespace: s.namespace, ID: s.id, Log: ctrl.Log.WithName("shard")}
+	cfg.Wrap(s.member.Guard)
+	return nil
+}
+
 // selector is the label selector of this replica's ManifestSync cache:
 // sel (--watch-label-selector) and its own shard.
 func (s *sharding) selector(sel labels.Selector) labels.Selector {
@@ -90,7 +104,6 @@ func (s *sharding) selector(sel labels.Selector) labels.Selector {
 // when the fence falls.
 func (s *sharding) setup(mgr manager.Manager, cfg *rest.Config, scheme *runtime.Scheme, f *operatorFlags, sel labels.Selector, leaseName string) (func(reconcile.Reconciler) reconcile.Reconciler, error) {
 	log := ctrl.Log.WithName("shard")
-	s.member = &shard.Member{Client: mgr.GetClient(), Namespace: s.namespace, ID: s.id, Log: log}
 	s.replica = &shard.Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: s.id, Member: s.member,
 		ShutdownGrace: f.reconcilerOpts.ShutdownGrace}
 	f.reconcilerOpts.ShutdownGrace = time.Nanosecond // the replica's fence holds the grace
@@ -112,8 +125,9 @@ func (s *sharding) setup(mgr manager.Manager, cfg *rest.Config, scheme *runtime.
 // start runs the Lease beside the manager, outliving its context: while
 // the syncs in flight finish after SIGTERM the Lease is still renewed.
 // When the fence falls it stops the manager (stop) and the operator exits
-// with an error, to be restarted as a new member.
-func (s *sharding) start(stop context.CancelFunc) {
+// with an error, to be restarted as a new member. It returns once the
+// Lease is written (the guard lets no write out before), or ctx ends.
+func (s *sharding) start(ctx context.Context, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopMember = cancel
 	s.memberDone = make(chan error, 1)
@@ -124,6 +138,12 @@ func (s *sharding) start(stop context.CancelFunc) {
 		}
 		s.memberDone <- err
 	}()
+	for s.member.Deadline().IsZero() && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // finish stops the Lease once the manager has stopped, and deletes it so

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
@@ -208,5 +211,57 @@ func TestMemberRelease(t *testing.T) {
 	}
 	if err := ValidateID("Bad_ID"); err == nil {
 		t.Error("an ID that is no label value was accepted")
+	}
+}
+
+// TestMemberGuard: a client whose transport the Member guards writes
+// only while the replica's fence stands: not before its first renewal,
+// not once its renewals fail past the deadline (even before the fence's
+// timer fires, as in a process resumed after a pause); reads pass.
+func TestMemberGuard(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	var blocked atomic.Bool
+	m := &Member{Client: blockable(t, &blocked), Namespace: ns, ID: "replica-g",
+		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, FenceMargin: time.Second}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(m.Guard)
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	}
+	if err := c.Create(ctx, cm("before")); !errors.Is(err, ErrFenced) {
+		t.Errorf("a write before the first renewal: %v, want ErrFenced", err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = m.Run(mctx) }()
+	for deadline := time.Now().Add(10 * time.Second); m.Deadline().IsZero(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Lease")
+		}
+	}
+	if err := c.Create(ctx, cm("while-live")); err != nil {
+		t.Errorf("a write while the Lease is renewed: %v", err)
+	}
+	blocked.Store(true)
+	// Past the deadline, whether or not the timer has fired yet.
+	time.Sleep(time.Until(m.Deadline()))
+	if m.writable(m.Deadline()) {
+		t.Error("writable at the deadline")
+	}
+	<-m.Fenced()
+	if err := c.Create(ctx, cm("after")); !errors.Is(err, ErrFenced) {
+		t.Errorf("a write after the fence fell: %v, want ErrFenced", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cm("while-live")), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("a read after the fence fell: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm("after")), &corev1.ConfigMap{}); err == nil {
+		t.Error("the refused write reached the API server")
 	}
 }
