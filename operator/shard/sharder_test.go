@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -421,4 +422,66 @@ func TestSharder(t *testing.T) {
 		}
 	}
 	t.Logf("reconciles by replica: %v", f.runs)
+}
+
+// TestSharderSelector: with --watch-label-selector the sharder assigns
+// only the ManifestSyncs of its selector, and leaves the others unowned
+// (another release's).
+func TestSharderSelector(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	mk := func(name string, labels map[string]string) *v1alpha1.ManifestSync {
+		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+		if err := env.Client.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ms) })
+		return ms
+	}
+	ours := []*v1alpha1.ManifestSync{mk("a1", map[string]string{"team": "a"}), mk("a2", map[string]string{"team": "a"})}
+	theirs := mk("b1", map[string]string{"team": "b"})
+	m := &Member{Client: env.Client, Namespace: ns, ID: "sel-1", LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go func() { _ = m.Run(mctx) }()
+	sel, err := labels.Parse("team=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	sdone := make(chan error, 1)
+	go func() { sdone <- s.Start(sctx) }()
+	defer func() { scancel(); <-sdone }()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		n := 0
+		for _, ms := range ours {
+			var got v1alpha1.ManifestSync
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Labels[OwnerLabel] == "sel-1" {
+				n++
+			}
+		}
+		if n == len(ours) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d ManifestSyncs of the selector assigned", n, len(ours))
+		}
+	}
+	time.Sleep(time.Second) // a pass that would have labelled it too
+	var got v1alpha1.ManifestSync
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(theirs), &got); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := got.Labels[OwnerLabel]; ok {
+		t.Errorf("a ManifestSync outside the selector was assigned to %q", o)
+	}
 }
