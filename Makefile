@@ -26,7 +26,7 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Build bin/engine.
-	CGO_ENABLED=0 $(GO) build -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine
 
 # bin/engine is built as the image builds it: static, and without the Go
 # plugin support that kustomize's plugin loader would link (which makes the

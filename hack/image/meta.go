@@ -11,6 +11,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 const (
@@ -71,7 +73,9 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 // (GOFLAGS, the amd64/arm64 feature level) is fixed.
 func compileEngine(ctx context.Context, dir string, p v1.Platform, m Meta, out string) error {
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s", m.Version, m.Commit)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/engine")
+	// The engine's build tags (enginebuild.Tags) as bin/engine's, so that
+	// the two share their compiled packages.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", enginebuild.Tags, "-buildvcs=false", "-ldflags", ldflags, "-o", out, "./cmd/engine")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=",

@@ -6,7 +6,9 @@
 // Two settings make the difference (measured on an idle `engine
 // operator`, bench notes in bench/REPORT.md):
 //
-//   - CGO_ENABLED=0: a static binary, as hack/image builds it.
+//   - CGO_ENABLED=0 and -trimpath: a static binary, as hack/image builds
+//     it (which also lets these builds reuse the packages `make test`'s
+//     image compile has built).
 //   - The build tag kustomize_disable_go_plugin_support: kustomize's
 //     plugin loader imports the Go package plugin, and a program that can
 //     load plugins (plugin linked, and cgo on) is linked as a dynamic Go
@@ -27,10 +29,10 @@ import (
 const Tags = "kustomize_disable_go_plugin_support"
 
 // Command is `go build` of ./cmd/engine of the module at dir into out,
-// with the image's settings and extra go build flags (such as -ldflags)
-// before the package.
+// with the image's settings (hack/image adds its -ldflags, GOOS and
+// GOARCH) and extra go build flags before the package.
 func Command(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
-	args := append([]string{"build", "-tags", Tags, "-o", out}, extra...)
+	args := append([]string{"build", "-trimpath", "-tags", Tags, "-o", out}, extra...)
 	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/engine")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -38,7 +38,7 @@ func TestNoGoPluginSupport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"\n\tCGO_ENABLED=0 $(GO) build -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine\n", "\nENGINE_TAGS = " + Tags + "\n"} {
+	for _, want := range []string{"\n\tCGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine\n", "\nENGINE_TAGS = " + Tags + "\n"} {
 		if !strings.Contains(string(makefile), want) {
 			t.Errorf("the Makefile builds bin/engine otherwise: it lacks %q", want)
 		}
