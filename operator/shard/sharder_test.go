@@ -312,7 +312,7 @@ func TestSharder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < total; i += 8 {
-				ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("app-%d", i)},
+				ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("app-%d", i), Labels: map[string]string{"test": ns}},
 					Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
 				if err := env.Client.Create(context.Background(), ms); err != nil {
 					errs <- err
@@ -327,7 +327,9 @@ func TestSharder(t *testing.T) {
 		t.Fatalf("creating ManifestSyncs: %v", err)
 	}
 
-	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, nil)
+	// The ManifestSyncs of this test only: the other tests' stay in the
+	// API server.
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, labels.SelectorFromSet(labels.Set{"test": ns}))
 	if err != nil {
 		t.Fatal(err)
 	}
