@@ -52,7 +52,15 @@ type Member struct {
 	fenced   chan struct{} // closed when it has fallen
 	timer    *time.Timer
 	once     sync.Once
+	// Until the Lease is acquired: the renewTime last seen on a Lease
+	// this Member did not write, and when it was first seen.
+	acquired  bool
+	seenRenew string
+	seenAt    time.Time
 }
+
+// errHeld is a renewal that found the Lease renewed by another process.
+var errHeld = errors.New("held by another live process with this ID")
 
 // LeaseName is the name of the Lease of the replica id.
 func LeaseName(id string) string { return LeasePrefix + id }
@@ -221,18 +229,43 @@ func (m *Member) write(ctx context.Context, now time.Time) error {
 		if err := m.Client.Create(ctx, &l); err != nil {
 			return fmt.Errorf("lease %s: %w", key, err)
 		}
+		m.acquired = true
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("lease %s: %w", key, err)
 	}
+	if !m.acquired {
+		// A Lease this process did not write: another process with this
+		// ID may still be running (a restart after kill -9, or two
+		// processes given one ID). Take it only once it has gone
+		// unrenewed for a whole duration, by this process's clock.
+		renewed := ""
+		if l.Spec.RenewTime != nil {
+			renewed = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+		}
+		dur := m.LeaseDuration
+		if l.Spec.LeaseDurationSeconds != nil {
+			dur = max(dur, time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second)
+		}
+		if renewed != m.seenRenew || m.seenAt.IsZero() {
+			m.seenRenew, m.seenAt = renewed, now
+		}
+		if renewed != "" && now.Sub(m.seenAt) < dur {
+			return fmt.Errorf("lease %s: %w (renewed at %s); waiting for it to expire", key, errHeld, renewed)
+		}
+	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != m.ID {
+		l.Spec.AcquireTime = &t
+	}
+	if !m.acquired {
 		l.Spec.AcquireTime = &t
 	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &m.ID, &secs, &t
 	if err := m.Client.Update(ctx, &l); err != nil {
 		return fmt.Errorf("lease %s: %w", key, err)
 	}
+	m.acquired = true
 	return nil
 }
 

@@ -265,3 +265,74 @@ func TestMemberGuard(t *testing.T) {
 		t.Error("the refused write reached the API server")
 	}
 }
+
+// TestMemberSameID: a second process with the ID of a live one (two
+// processes given one ID, or a restart after kill -9 while the first
+// still runs) does not take its Lease while it is renewed, and takes it a
+// lease duration after the renewals stop.
+func TestMemberSameID(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	newMember := func() *Member {
+		return &Member{Client: env.Client, Namespace: ns, ID: "twin", LeaseDuration: 3 * time.Second,
+			RenewPeriod: 200 * time.Millisecond, FenceMargin: time.Second}
+	}
+	first, second := newMember(), newMember()
+	c1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() { _ = first.Run(c1) }()
+	for deadline := time.Now().Add(10 * time.Second); first.Deadline().IsZero(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Lease")
+		}
+	}
+	c2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	go func() { _ = second.Run(c2) }()
+	time.Sleep(4 * time.Second) // more than a lease duration of renewals by first
+	if !second.Deadline().IsZero() {
+		t.Fatal("a second process took the Lease of a live one with its ID")
+	}
+	cancel1() // first stops renewing (as if killed: its Lease stays)
+	stopped := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); second.Deadline().IsZero(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second never took the Lease over")
+		}
+	}
+	if took := time.Since(stopped); took < 2*time.Second {
+		t.Errorf("the second took the Lease %s after the first stopped, before it could have expired", took)
+	}
+}
+
+// TestTrackerFirstSight: a new leader's sharder judges a Lease it sees for
+// the first time by its renewTime (plus ClockSkew), not a whole duration
+// from now: one renewed 20 s ago (15 s Lease) is dead at once, one
+// renewed 10 s ago lives until renewTime + 17 s.
+func TestTrackerFirstSight(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	now := time.Now()
+	for id, ago := range map[string]time.Duration{"old": 20 * time.Second, "recent": 10 * time.Second} {
+		rt := metav1.NewMicroTime(now.Add(-ago))
+		secs := int32(15)
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName(id)},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &rt}}
+		if err := env.Client.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := &Tracker{Reader: env.Client, Namespace: ns, Now: func() time.Time { return now }}
+	live, err := tr.Live(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 1 || live[0].ID != "recent" {
+		t.Fatalf("live %v, want recent alone", live)
+	}
+	if want := now.Add(-10*time.Second + ClockSkew + 15*time.Second); !live[0].Expires.Equal(want.Truncate(time.Microsecond)) && live[0].Expires.Sub(want).Abs() > time.Millisecond {
+		t.Errorf("recent expires at %s, want %s", live[0].Expires, want)
+	}
+}

@@ -16,9 +16,12 @@ import (
 // the process that reads them, as client-go's leader election does: a
 // Lease is live until LeaseDurationSeconds after this process first saw
 // its current renewTime (or holder), so that clocks that disagree between
-// nodes never make a live replica look expired. A Lease seen for the first
-// time is therefore live for a whole duration, even if its writer died
-// long ago.
+// nodes do not make a live replica look expired. One exception, so that a
+// new leader's sharder does not wait a whole duration more for a replica
+// that died before it started: a renewTime seen for the first time that
+// is older than ClockSkew counts as seen at renewTime + ClockSkew. That is
+// safe while clocks differ by less than ClockSkew plus the fence's margin
+// (2 s + 5 s by default): the replica stopped writing by then.
 type Tracker struct {
 	Reader    client.Reader
 	Namespace string
@@ -28,6 +31,11 @@ type Tracker struct {
 	mu   sync.Mutex
 	seen map[string]observed // by Lease name
 }
+
+// ClockSkew is how far the clocks of the replicas may be behind the
+// sharder's, beyond the fence's margin, for a Lease seen for the first time
+// to be judged by its renewTime.
+const ClockSkew = 2 * time.Second
 
 type observed struct {
 	holder, renew string
@@ -79,6 +87,9 @@ func (t *Tracker) Live(ctx context.Context) ([]LiveMember, error) {
 			o.at = prev.at
 		} else {
 			o.at = at
+			if rt := l.Spec.RenewTime; rt != nil && rt.Add(ClockSkew).Before(at) {
+				o.at = rt.Add(ClockSkew)
+			}
 		}
 		t.seen[l.Name] = o
 		if exp := o.at.Add(o.duration); exp.After(at) {
