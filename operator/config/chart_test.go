@@ -211,7 +211,7 @@ func TestChartOptions(t *testing.T) {
 				t.Errorf("the operator serves the web UI by default: %v", args)
 			}
 			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") || strings.HasPrefix(a, "--watch-label-selector") ||
-				strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
+				strings.HasPrefix(a, "--shards") || strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
 				t.Errorf("the operator's args %v set %s by default", args, a)
 			}
 		}
@@ -241,7 +241,7 @@ func TestChartOptions(t *testing.T) {
 		args := containerArgs(t, find(t, objs, "Deployment", "manifestsync"))
 		for _, want := range []string{"--eval-workers=3", "--eval-memory-limit=512Mi", "--git-cache-max-size=256Mi", "--helm-cache-max-size=64Mi", "--require-service-account",
 			"--instance-id=eu-1", "--watch-label-selector=sharding.fluxcd.io/key in (shard1, shard2)", "--webhook-bind-address=:9443", "--concurrency=8", "--allow-kubeconfig-exec",
-			"--trusted-namespaces=ops,platform", "--default-service-account=tenant", "--ui-bind-address=:9090"} {
+			"--trusted-namespaces=ops,platform", "--default-service-account=tenant", "--ui-bind-address=:9090", "--shards=auto"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("the operator's args %v lack %s", args, want)
 			}
@@ -253,6 +253,16 @@ func TestChartOptions(t *testing.T) {
 		containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
 		if img := containers[0].(map[string]any)["image"]; img != "registry.example/engine@sha256:"+strings.Repeat("ab", 32) {
 			t.Errorf("image %v, want the digest", img)
+		}
+		// Under sharding.mode auto each replica's --shard-id is its
+		// pod's name, from the downward API.
+		env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+		if !slices.ContainsFunc(env, func(e any) bool {
+			m := e.(map[string]any)
+			ref, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath")
+			return m["name"] == "POD_NAME" && ref == "metadata.name"
+		}) {
+			t.Errorf("sharding.mode auto: env %v lacks POD_NAME from metadata.name", env)
 		}
 
 		// Under --require-service-account the operator writes nothing
