@@ -52,8 +52,27 @@ func statm(pid int) (vsz, rss uint64, err error) {
 	return pages[0] * page, pages[1] * page, nil
 }
 
-// residentSize is a process's resident set size in bytes.
+// residentSize is what a process holds in memory of its own, in bytes:
+// its resident set less the shared pages (statm's resident - shared, the
+// anonymous part: heap, stacks). The pages of the executable are left out:
+// they are the operator's too, and some kernels map them in large folios,
+// so a worker that has allocated nothing can show more than its limit of
+// them (a 180 MB binary at 130 MiB resident was seen).
 func residentSize(pid int) (uint64, error) {
-	_, rss, err := statm(pid)
-	return rss, err
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return 0, fmt.Errorf("/proc/%d/statm: unexpected %q", pid, b)
+	}
+	var rss, shared uint64
+	if rss, err = strconv.ParseUint(f[1], 10, 64); err == nil {
+		shared, err = strconv.ParseUint(f[2], 10, 64)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/statm: %w", pid, err)
+	}
+	return (rss - min(shared, rss)) * uint64(os.Getpagesize()), nil
 }
