@@ -13,7 +13,8 @@
 // so that one costs a round trip, not a process start. Parent and worker
 // speak length-prefixed JSON over the worker's stdin and stdout. A worker
 // bounds itself (RLIMIT_AS above its start-up size, and a Go soft memory
-// limit); the parent watches its resident size and its wall-clock time and
+// limit); the parent watches its own resident memory (less the shared pages
+// of the executable) and its wall-clock time and
 // kills it past either. A worker that is killed, crashes or times out is
 // replaced by a new one on the next evaluation, and the evaluation returns
 // a *KilledError naming the limit.
