@@ -330,7 +330,8 @@ type OCIVerification struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.digest) || (has(self.insecure) && self.insecure)",message="digest is required unless insecure is true"
 type HTTPSource struct {
-	// URL is an https URL (http with insecure, or on loopback).
+	// URL is an https URL; plain http only to a loopback host, with
+	// insecure.
 	// +kubebuilder:validation:Pattern=`^https?://.+`
 	URL string `json:"url"`
 	// Digest is sha256:HEX of the archive; a download of other content
@@ -346,7 +347,7 @@ type HTTPSource struct {
 	// own scheme, host and port; ca.crt, when present, is the CA bundle.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
-	// Insecure allows plain http, and no digest.
+	// Insecure allows plain http to a loopback host, and no digest.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
 	// Build says how a path holding a kustomization.yaml is read, and
