@@ -64,6 +64,7 @@ apiserver_request_total{code="201",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="secrets",scope="resource",subresource="",verb="POST",version="v1"} 1
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="apps",resource="deployments",scope="resource",subresource="status",verb="APPLY",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="PATCH",version="v1"} 3
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="secrets",scope="resource",subresource="",verb="GET",version="v1"} 9
 `)
 	r, err := parseRequests(raw)
@@ -74,7 +75,7 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 		t.Errorf("secret POSTs: got %v, want 5", got)
 	}
 	if got := r.Writes(); got != 7 {
-		t.Errorf("writes without leases: got %v, want 7", got)
+		t.Errorf("writes without leases and event series: got %v, want 7", got)
 	}
 	if got := r.Sub(Requests{{Verb: "GET", Resource: "secrets"}: 4})[Request{Verb: "GET", Resource: "secrets"}]; got != 5 {
 		t.Errorf("GETs since: got %v, want 5", got)
