@@ -16,14 +16,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Defaults of MemberOptions, as the operator's leader election: a Lease of
-// 15 s, renewed every 2 s; a replica that has not renewed for 10 s (the
-// leader election's renew deadline) stops writing, 5 s before its Lease
-// expires.
+// Defaults of a Member's timings, those of the operator's leader
+// election: a Lease of 15 s, renewed every 2 s; a replica that has not
+// renewed for 10 s (the renew deadline) stops writing, 5 s before its
+// Lease expires.
 const (
 	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewPeriod   = 2 * time.Second
-	DefaultFenceMargin   = 5 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // ErrFenced is returned by Member.Run once the replica could not renew its
@@ -39,11 +39,14 @@ type Member struct {
 	Client    client.Client
 	Namespace string
 	ID        string
-	// LeaseDuration, RenewPeriod and FenceMargin default to the Default
-	// constants. The fence falls at the last successful renewal (measured
-	// from before its request was sent) plus LeaseDuration less FenceMargin.
-	LeaseDuration, RenewPeriod, FenceMargin time.Duration
-	Log                                     logr.Logger
+	// LeaseDuration is written in the Lease (leaseDurationSeconds, by
+	// which the sharder judges it expired); the replica renews it every
+	// RetryPeriod, and its fence falls RenewDeadline after the last
+	// successful renewal (measured from before its request was sent).
+	// Zero takes the Default constant; ValidateTimings says which others
+	// Run accepts.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Log                                       logr.Logger
 	// OnFence is called once, when the fence falls.
 	OnFence func()
 
@@ -65,6 +68,26 @@ var errHeld = errors.New("held by another live process with this ID")
 // LeaseName is the name of the Lease of the replica id.
 func LeaseName(id string) string { return LeasePrefix + id }
 
+// ValidateTimings says whether a Member can run with these timings: the
+// fence must fall before the Lease expires (renewDeadline < leaseDuration;
+// the difference is the margin for clocks that disagree, see Tracker),
+// and a renewal must be tried more than once before it falls
+// (retryPeriod < renewDeadline/2, as a leader elector's jittered retries
+// are). The Lease holds whole seconds, which the sharder reads: a
+// duration cut short there would let the sharder move a replica's
+// ManifestSyncs before its fence fell.
+func ValidateTimings(leaseDuration, renewDeadline, retryPeriod time.Duration) error {
+	switch {
+	case leaseDuration < time.Second || leaseDuration%time.Second != 0:
+		return fmt.Errorf("shard lease duration %v: want a whole number of seconds, at least 1s", leaseDuration)
+	case renewDeadline <= 0 || renewDeadline >= leaseDuration:
+		return fmt.Errorf("shard renew deadline %v: want more than 0 and less than the lease duration %v", renewDeadline, leaseDuration)
+	case retryPeriod <= 0 || 2*retryPeriod >= renewDeadline:
+		return fmt.Errorf("shard retry period %v: want more than 0 and less than half the renew deadline %v", retryPeriod, renewDeadline)
+	}
+	return nil
+}
+
 // ValidateID says whether id can name a replica: its Lease name and the
 // owner label's value must hold it.
 func ValidateID(id string) error {
@@ -85,11 +108,11 @@ func (m *Member) init() {
 		if m.LeaseDuration <= 0 {
 			m.LeaseDuration = DefaultLeaseDuration
 		}
-		if m.RenewPeriod <= 0 {
-			m.RenewPeriod = DefaultRenewPeriod
+		if m.RenewDeadline <= 0 {
+			m.RenewDeadline = DefaultRenewDeadline
 		}
-		if m.FenceMargin <= 0 {
-			m.FenceMargin = DefaultFenceMargin
+		if m.RetryPeriod <= 0 {
+			m.RetryPeriod = DefaultRetryPeriod
 		}
 		m.fenced = make(chan struct{})
 	})
@@ -141,17 +164,20 @@ func (m *Member) Fence(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Run creates (or takes back) the replica's Lease and renews it every
-// RenewPeriod until ctx ends. It returns ErrFenced when the fence fell: a
-// renewal failed for longer than LeaseDuration-FenceMargin. It leaves the
+// RetryPeriod until ctx ends. It returns ErrFenced when the fence fell: no
+// renewal succeeded for RenewDeadline. It leaves the
 // Lease in place: a replica whose reconciles have all ended calls Release.
 func (m *Member) Run(ctx context.Context) error {
 	m.init()
 	if err := ValidateID(m.ID); err != nil {
 		return err
 	}
+	if err := ValidateTimings(m.LeaseDuration, m.RenewDeadline, m.RetryPeriod); err != nil {
+		return fmt.Errorf("replica %s: %w", m.ID, err)
+	}
 	// The fence's timer outlives Run: reconciles that are still finishing
 	// after ctx ended stop when it falls.
-	tick := time.NewTicker(m.RenewPeriod)
+	tick := time.NewTicker(m.RetryPeriod)
 	defer tick.Stop()
 	for {
 		m.renew(ctx)
@@ -168,7 +194,7 @@ func (m *Member) Run(ctx context.Context) error {
 // renew writes the Lease's renewTime; a success moves the fence.
 func (m *Member) renew(ctx context.Context) {
 	sent := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, m.RenewPeriod)
+	rctx, cancel := context.WithTimeout(ctx, m.RetryPeriod)
 	defer cancel()
 	if err := m.write(rctx, sent); err != nil {
 		if ctx.Err() == nil {
@@ -183,7 +209,7 @@ func (m *Member) renew(ctx context.Context) {
 		return // fallen for good
 	default:
 	}
-	m.deadline = sent.Add(m.LeaseDuration - m.FenceMargin)
+	m.deadline = sent.Add(m.RenewDeadline)
 	if m.timer == nil {
 		m.timer = time.AfterFunc(time.Until(m.deadline), m.fall)
 	} else {

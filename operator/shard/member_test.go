@@ -3,12 +3,14 @@ package shard
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,7 +79,7 @@ func TestMemberFencesBeforeExpiry(t *testing.T) {
 	fences := 0
 	m := &Member{
 		Client: blockable(t, &blocked), Namespace: ns, ID: "replica-a",
-		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, FenceMargin: time.Second,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond,
 		OnFence: func() { fences++ },
 	}
 	// Before its first renewal a replica owns nothing.
@@ -176,7 +178,7 @@ func TestMemberFencesBeforeExpiry(t *testing.T) {
 func TestMemberRelease(t *testing.T) {
 	env.Need(t)
 	ns := env.Namespace(t, nil)
-	m := &Member{Client: env.Client, Namespace: ns, ID: "replica-b", RenewPeriod: 200 * time.Millisecond}
+	m := &Member{Client: env.Client, Namespace: ns, ID: "replica-b", RetryPeriod: 200 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -223,7 +225,7 @@ func TestMemberGuard(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	var blocked atomic.Bool
 	m := &Member{Client: blockable(t, &blocked), Namespace: ns, ID: "replica-g",
-		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, FenceMargin: time.Second}
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(m.Guard)
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
@@ -276,7 +278,7 @@ func TestMemberSameID(t *testing.T) {
 	ctx := context.Background()
 	newMember := func() *Member {
 		return &Member{Client: env.Client, Namespace: ns, ID: "twin", LeaseDuration: 3 * time.Second,
-			RenewPeriod: 200 * time.Millisecond, FenceMargin: time.Second}
+			RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
 	}
 	first, second := newMember(), newMember()
 	c1, cancel1 := context.WithCancel(ctx)
@@ -334,5 +336,89 @@ func TestTrackerFirstSight(t *testing.T) {
 	}
 	if want := now.Add(-10*time.Second + ClockSkew + 15*time.Second); !live[0].Expires.Equal(want.Truncate(time.Microsecond)) && live[0].Expires.Sub(want).Abs() > time.Millisecond {
 		t.Errorf("recent expires at %s, want %s", live[0].Expires, want)
+	}
+}
+
+// TestMemberTimings: the timings a Member accepts (--shard-lease-duration,
+// --shard-renew-deadline, --shard-retry-period): its fence must fall
+// before its Lease expires and after more than one renewal was tried, and
+// the Lease's whole seconds must be the duration. A Member given others
+// writes no Lease, so it never owns anything; one given its own timings
+// writes its duration into the Lease and fences at its renew deadline.
+func TestMemberTimings(t *testing.T) {
+	for _, c := range []struct {
+		lease, renew, retry time.Duration
+		ok                  bool
+	}{
+		{DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod, true},
+		{4 * time.Second, 3 * time.Second, time.Second, true},
+		{time.Second, 900 * time.Millisecond, 100 * time.Millisecond, true},
+		{15 * time.Second, 15 * time.Second, 2 * time.Second, false},  // fence at expiry: two owners
+		{15 * time.Second, 20 * time.Second, 2 * time.Second, false},  // fence after expiry
+		{15 * time.Second, 10 * time.Second, 5 * time.Second, false},  // one renewal before the fence
+		{15 * time.Second, 10 * time.Second, 10 * time.Second, false}, // none
+		{1500 * time.Millisecond, time.Second, 100 * time.Millisecond, false},
+		{500 * time.Millisecond, 400 * time.Millisecond, 100 * time.Millisecond, false},
+		{15 * time.Second, -time.Second, time.Second, false},
+		{15 * time.Second, 10 * time.Second, -time.Second, false},
+	} {
+		err := ValidateTimings(c.lease, c.renew, c.retry)
+		if (err == nil) != c.ok {
+			t.Errorf("ValidateTimings(%v, %v, %v) = %v, want ok %v", c.lease, c.renew, c.retry, err, c.ok)
+		}
+	}
+
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	bad := &Member{Client: env.Client, Namespace: ns, ID: "bad", LeaseDuration: 3 * time.Second, RenewDeadline: 3 * time.Second}
+	if err := bad.Run(ctx); err == nil || !strings.Contains(err.Error(), "renew deadline") {
+		t.Errorf("Run with a renew deadline at the lease's expiry: %v, want it refused", err)
+	}
+	var l coordinationv1.Lease
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName("bad")}, &l); !apierrors.IsNotFound(err) {
+		t.Errorf("a Member refused its timings wrote its Lease: %v", err)
+	}
+	if f, fcancel := bad.Fence(ctx); f.Err() == nil {
+		t.Error("a Member refused its timings has an open fence")
+	} else {
+		fcancel()
+	}
+
+	var blocked atomic.Bool
+	m := &Member{Client: blockable(t, &blocked), Namespace: ns, ID: "timed",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	done := make(chan error, 1)
+	go func() { done <- m.Run(mctx) }()
+	for m.Deadline().IsZero() {
+		if ctx.Err() != nil {
+			t.Fatal("no Lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName("timed")}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 4 {
+		t.Errorf("leaseDurationSeconds %v, want 4", l.Spec.LeaseDurationSeconds)
+	}
+	blocked.Store(true)
+	last := m.Deadline().Add(-1500 * time.Millisecond) // the last renewal that got through
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrFenced) {
+			t.Fatalf("Run returned %v, want ErrFenced", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the fence never fell")
+	}
+	// The fence fell at its renew deadline after the last renewal, long
+	// before the Lease's 4s; the deadline may have moved by a renewal
+	// in flight when the client blocked, never by more than a retry.
+	if fell := time.Since(last); fell < 1500*time.Millisecond || fell > 3*time.Second {
+		t.Errorf("the fence fell %v after the last renewal seen, want the 1.5s renew deadline", fell)
 	}
 }

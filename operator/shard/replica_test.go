@@ -24,7 +24,7 @@ func TestReplica(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	var blocked atomic.Bool
 	m := &Member{Client: blockable(t, &blocked), Namespace: ns, ID: "replica-f",
-		LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
+		LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
 	go func() { _ = m.Run(mctx) }()

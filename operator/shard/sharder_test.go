@@ -97,7 +97,7 @@ func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
+	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
 	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: id, Member: m}
 	// As the reconciler does: a ManifestSync gone from the cache (deleted,
 	// or moved away) is forgotten, without a write; one found is synced.
@@ -444,7 +444,7 @@ func TestSharderSelector(t *testing.T) {
 	}
 	ours := []*v1alpha1.ManifestSync{mk("a1", map[string]string{"team": "a"}), mk("a2", map[string]string{"team": "a"})}
 	theirs := mk("b1", map[string]string{"team": "b"})
-	m := &Member{Client: env.Client, Namespace: ns, ID: "sel-1", LeaseDuration: testLease, RenewPeriod: testRenew, FenceMargin: testMargin}
+	m := &Member{Client: env.Client, Namespace: ns, ID: "sel-1", LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go func() { _ = m.Run(mctx) }()
