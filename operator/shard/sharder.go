@@ -31,6 +31,10 @@ const DefaultResync = 30 * time.Second
 // writers bounds the sharder's label writes in flight.
 const writers = 8
 
+// DefaultHandoverGap is how long a ManifestSync stays unowned after its
+// old owner let go of it, before the sharder labels it with its new owner.
+const DefaultHandoverGap = 2 * time.Second
+
 // Sharder assigns ManifestSyncs to the live replicas. It runs in one
 // replica only, the holder of the operator's leader lease (NeedLeaderElection),
 // and keeps a cache of its own: the metadata of every ManifestSync (the
@@ -46,16 +50,61 @@ const writers = 8
 // removing both labels. Each write is conditional on the labels it read
 // (a JSON patch test, or the resourceVersion), so that a stale cache never
 // makes it overwrite an acknowledgement or a newer assignment.
+//
+// A ManifestSync its old owner let go of while live (a drain
+// acknowledged, or a replica that stopped and deleted its Lease) waits
+// HandoverGap more, by the sharder's clock from when it first saw it so,
+// before its new owner gets it: the old owner's last write of its objects
+// and the new owner's first are then at least that far apart. A new
+// ManifestSync, never owned, is assigned at once, and so is one taken
+// from an expired Lease (its owner fenced itself before expiry).
 type Sharder struct {
 	Client    client.Client
 	Namespace string
 	// Resync defaults to DefaultResync.
 	Resync time.Duration
-	Log    logr.Logger
+	// HandoverGap defaults to DefaultHandoverGap; negative is none.
+	HandoverGap time.Duration
+	Log         logr.Logger
 
 	cache   cache.Cache
 	tracker *Tracker
 	wake    chan struct{}
+	hand    handovers
+}
+
+// handovers is what the sharder remembers from one pass to the next to
+// hold a ManifestSync let go of for the handover gap. It is reset when a
+// sharder starts leading: it knows nothing of what happened before.
+type handovers struct {
+	// start is when this sharder started leading; first is true until
+	// its first pass is done.
+	start time.Time
+	first bool
+	// owner is each ManifestSync's owner label at the last pass, by key.
+	owner map[string]string
+	// released is when a ManifestSync was first seen unowned after an
+	// owner, by key, until it has a new one.
+	released map[string]time.Time
+	// live is when each member seen live at the last pass would expire;
+	// left is when a member was first seen gone before its expiry (its
+	// Lease deleted by a replica that stopped), until the gap is over.
+	live, left map[string]time.Time
+}
+
+func (h *handovers) reset(now time.Time) {
+	*h = handovers{start: now, first: true, owner: map[string]string{}, released: map[string]time.Time{},
+		live: map[string]time.Time{}, left: map[string]time.Time{}}
+}
+
+func (s *Sharder) gap() time.Duration {
+	switch {
+	case s.HandoverGap < 0:
+		return 0
+	case s.HandoverGap == 0:
+		return DefaultHandoverGap
+	}
+	return s.HandoverGap
 }
 
 // NewSharder makes a sharder whose cache reads through cfg, of the
@@ -132,6 +181,7 @@ func (s *Sharder) loop(ctx context.Context) error {
 	if resync <= 0 {
 		resync = DefaultResync
 	}
+	s.hand.reset(time.Now())
 	for {
 		next, err := s.pass(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -161,7 +211,8 @@ func (s *Sharder) loop(ctx context.Context) error {
 }
 
 // pass assigns once, and returns when to look again without an event
-// (the next expiry of a live Lease, or sooner after a conflict).
+// (the next expiry of a live Lease, the end of a handover gap, or sooner
+// after a conflict).
 func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 	live, err := s.tracker.Live(ctx)
 	if err != nil {
@@ -171,6 +222,15 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ManifestSyncList"))
 	if err := s.cache.List(ctx, &list); err != nil {
 		return time.Now().Add(time.Second), fmt.Errorf("listing ManifestSyncs: %w", err)
+	}
+	now := time.Now()
+	gap := s.gap()
+	h := &s.hand
+	var leases map[string]bool
+	if h.first {
+		if leases, err = s.leaseIDs(ctx); err != nil {
+			return time.Now().Add(time.Second), err
+		}
 	}
 	var next time.Time
 	ids := make([]string, 0, len(live))
@@ -182,7 +242,57 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 			next = m.Expires
 		}
 	}
+	h.noteLeft(live, now, gap)
 	sharderLive.Set(float64(len(live)))
+	// hold says until when the ManifestSync o waits for the handover gap
+	// (zero: it does not), and remembers its owner for the next pass.
+	hold := func(o *metav1.PartialObjectMetadata, owner string) time.Time {
+		k := o.Namespace + "/" + o.Name
+		prev, known := h.owner[k]
+		h.owner[k] = owner
+		switch {
+		case owner != "":
+			delete(h.released, k)
+			if isLive[owner] {
+				return time.Time{}
+			}
+			if at, ok := h.left[owner]; ok {
+				return at.Add(gap) // its owner stopped and deleted its Lease
+			}
+			if h.first && !leases[owner] {
+				// Its owner's Lease went before this sharder led,
+				// perhaps a moment before: a stop, not an expiry.
+				return h.start.Add(gap)
+			}
+			return time.Time{} // expired: its owner fenced itself long before
+		case prev != "":
+			if _, ok := h.released[k]; !ok {
+				h.released[k] = now // let go of since the last pass
+			}
+		case !known && h.first:
+			// Perhaps let go of a moment before this sharder led: it
+			// cannot tell from a new one.
+			h.released[k] = h.start
+		}
+		if at, ok := h.released[k]; ok {
+			return at.Add(gap)
+		}
+		return time.Time{} // new: never owned
+	}
+	present := make(map[string]bool, len(list.Items))
+	holds := make([]time.Time, len(list.Items))
+	for i := range list.Items {
+		o := &list.Items[i]
+		present[o.Namespace+"/"+o.Name] = true
+		if until := hold(o, o.Labels[OwnerLabel]); until.After(now) {
+			holds[i] = until
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+		}
+	}
+	h.forget(present)
+	h.first = false
 	if len(live) == 0 {
 		return next, nil
 	}
@@ -217,6 +327,8 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 		switch {
 		case owner == to:
 			continue
+		case !holds[i].IsZero():
+			continue // in its handover gap: looked at again when it ends
 		case owner == "":
 			write = func() error { return s.assign(ctx, o, to) }
 		case !isLive[owner]:
@@ -250,6 +362,55 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 		return time.Now().Add(200 * time.Millisecond), nil
 	}
 	return next, nil
+}
+
+// noteLeft records the members that were live at the last pass and are
+// gone now before their Lease expired (a replica that stopped deletes its
+// Lease), and forgets those whose gap is over.
+func (h *handovers) noteLeft(live []LiveMember, now time.Time, gap time.Duration) {
+	isLive := map[string]bool{}
+	for _, m := range live {
+		isLive[m.ID] = true
+	}
+	for id, exp := range h.live {
+		if !isLive[id] && now.Before(exp) {
+			h.left[id] = now
+		}
+	}
+	clear(h.live)
+	for _, m := range live {
+		h.live[m.ID] = m.Expires
+	}
+	for id, at := range h.left {
+		if !now.Before(at.Add(gap)) {
+			delete(h.left, id)
+		}
+	}
+}
+
+// forget drops what it remembers of ManifestSyncs gone.
+func (h *handovers) forget(present map[string]bool) {
+	for k := range h.owner {
+		if !present[k] {
+			delete(h.owner, k)
+			delete(h.released, k)
+		}
+	}
+}
+
+// leaseIDs are the IDs of the shard Leases of the namespace, live or not.
+func (s *Sharder) leaseIDs(ctx context.Context) (map[string]bool, error) {
+	var leases coordinationv1.LeaseList
+	if err := s.cache.List(ctx, &leases, client.InNamespace(s.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing shard leases in %s: %w", s.Namespace, err)
+	}
+	ids := map[string]bool{}
+	for _, l := range leases.Items {
+		if id, ok := strings.CutPrefix(l.Name, LeasePrefix); ok {
+			ids[id] = true
+		}
+	}
+	return ids, nil
 }
 
 // isTestFailed says whether a JSON patch failed its test operation (the

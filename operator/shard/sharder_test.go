@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -84,7 +86,9 @@ func fencedOf(ids []string) string {
 	return ""
 }
 
-func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
+// startReplica starts replica id; its acknowledgements go to log when
+// not nil.
+func startReplica(t *testing.T, ns, id string, f *inflight, log *patchLog) *replica {
 	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -99,6 +103,9 @@ func startReplica(t *testing.T, ns, id string, f *inflight) *replica {
 	}
 	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
 	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: id, Member: m}
+	if log != nil {
+		rep.Client = &recordingClient{Client: rep.Client, log: log}
+	}
 	// As the reconciler does: a ManifestSync gone from the cache (deleted,
 	// or moved away) is forgotten, without a write; one found is synced.
 	inner := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -341,22 +348,22 @@ func TestSharder(t *testing.T) {
 
 	ids := []string{"r0", "r1", "r2", "r3", "r4"}
 	reps := map[string]*replica{}
-	reps["r0"] = startReplica(t, ns, "r0", f)
+	reps["r0"] = startReplica(t, ns, "r0", f, nil)
 	start := time.Now()
 	converge(t, ns, total, "r0")
 	t.Logf("1 replica: all assigned in %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	reps["r1"] = startReplica(t, ns, "r1", f)
+	reps["r1"] = startReplica(t, ns, "r1", f, nil)
 	converge(t, ns, total, "r0", "r1")
 	t.Logf("2 replicas: converged in %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	reps["r2"] = startReplica(t, ns, "r2", f)
-	reps["r3"] = startReplica(t, ns, "r3", f)
+	reps["r2"] = startReplica(t, ns, "r2", f, nil)
+	reps["r3"] = startReplica(t, ns, "r3", f, nil)
 	four := converge(t, ns, total, ids[:4]...)
 	t.Logf("4 replicas: converged in %s", time.Since(start).Round(time.Millisecond))
 
 	// A fifth joins: about 1/5 move, all to it.
-	reps["r4"] = startReplica(t, ns, "r4", f)
+	reps["r4"] = startReplica(t, ns, "r4", f, nil)
 	five := converge(t, ns, total, ids...)
 	moved := 0
 	for k, o := range five {
@@ -485,5 +492,192 @@ func TestSharderSelector(t *testing.T) {
 	}
 	if o, ok := got.Labels[OwnerLabel]; ok {
 		t.Errorf("a ManifestSync outside the selector was assigned to %q", o)
+	}
+}
+
+// patchLog records the label patches of a client: what each was, for
+// which ManifestSync, when it was sent and when it returned.
+type patchLog struct {
+	mu   sync.Mutex
+	recs []patchRec
+}
+
+type patchRec struct {
+	key, kind  string // kind: assign, take, drain or ack
+	sent, done time.Time
+	err        error
+}
+
+// ok are the successful patches of kind, by ManifestSync.
+func (l *patchLog) ok(kind string) map[string][]patchRec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]patchRec{}
+	for _, r := range l.recs {
+		if r.kind == kind && r.err == nil {
+			out[r.key] = append(out[r.key], r)
+		}
+	}
+	return out
+}
+
+// recordingClient records its patches into log.
+type recordingClient struct {
+	client.Client
+	log *patchLog
+}
+
+func (c *recordingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	data, _ := patch.Data(obj)
+	kind := "ack" // the replica's: removes both labels
+	switch {
+	case patch.Type() == types.MergePatchType:
+		kind = "assign"
+	case strings.Contains(string(data), `"op":"replace"`):
+		kind = "take"
+	case strings.Contains(string(data), `"op":"add"`):
+		kind = "drain"
+	}
+	sent := time.Now()
+	err := c.Client.Patch(ctx, obj, patch, opts...)
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	c.log.recs = append(c.log.recs, patchRec{key: obj.GetNamespace() + "/" + obj.GetName(), kind: kind, sent: sent, done: time.Now(), err: err})
+	return err
+}
+
+// TestSharderHandoverGap: a ManifestSync its owner let go of gets its new
+// owner no earlier than the handover gap after: after a drain's
+// acknowledgement (the sharder's label write sent at least the gap after
+// the acknowledgement returned), and after a replica that stopped deleted
+// its Lease; a new ManifestSync is assigned at once. The label watch
+// confirms the order: every acknowledgement is followed by the new owner.
+func TestSharderHandoverGap(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	const total = 40
+	ctx := context.Background()
+	lw := watchLabels(t, ns)
+	f := &inflight{by: map[string]string{}, runs: map[string]int{}}
+	create := func(name string) {
+		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"test": ns}},
+			Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+		if err := env.Client.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range total {
+		create(fmt.Sprintf("app-%d", i))
+	}
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, labels.SelectorFromSet(labels.Set{"test": ns}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharderLog, acks := &patchLog{}, &patchLog{}
+	s.Client = &recordingClient{Client: env.Client, log: sharderLog}
+	gap := DefaultHandoverGap
+	sctx, cancel := context.WithCancel(ctx)
+	sdone := make(chan error, 1)
+	go func() { sdone <- s.Start(sctx) }()
+	t.Cleanup(func() { cancel(); <-sdone })
+
+	startReplica(t, ns, "r0", f, acks)
+	converge(t, ns, total, "r0")
+	r1 := startReplica(t, ns, "r1", f, acks)
+	converge(t, ns, total, "r0", "r1")
+
+	// Each drain: the sharder's write of the new owner is sent no earlier
+	// than the gap after the old owner's acknowledgement returned.
+	assigns := sharderLog.ok("assign")
+	handovers := 0
+	for key, as := range acks.ok("ack") {
+		ack := as[len(as)-1]
+		var first *patchRec
+		for i := range assigns[key] {
+			if a := &assigns[key][i]; a.sent.After(ack.sent) && (first == nil || a.sent.Before(first.sent)) {
+				first = a
+			}
+		}
+		if first == nil {
+			t.Errorf("%s: acknowledged at %s, never assigned after", key, ack.done.Format(time.StampMilli))
+			continue
+		}
+		handovers++
+		if d := first.sent.Sub(ack.done); d < gap {
+			t.Errorf("%s: new owner written %s after the acknowledgement, want ≥ %s", key, d, gap)
+		}
+	}
+	if handovers < total/4 {
+		t.Fatalf("%d handovers by drain when r1 joined, want about %d", handovers, total/2)
+	}
+	// The watch saw each acknowledgement followed by the new owner, as
+	// far apart as the gap give or take the watch's delays.
+	time.Sleep(500 * time.Millisecond)
+	lw.mu.Lock()
+	acked, seen := map[string]time.Time{}, 0
+	var closest time.Duration
+	for _, m := range lw.moves {
+		switch {
+		case m.from != "" && m.to == "" && m.drainFrom != "":
+			acked[m.key] = m.at
+		case m.from == "" && m.to != "":
+			if at, ok := acked[m.key]; ok {
+				if d := m.at.Sub(at); seen == 0 || d < closest {
+					closest = d
+				}
+				seen++
+				delete(acked, m.key)
+			}
+		}
+	}
+	lw.mu.Unlock()
+	if seen != handovers || len(acked) > 0 {
+		t.Errorf("the watch saw %d acknowledgements followed by a new owner (%d not), the sharder's writes %d", seen, len(acked), handovers)
+	}
+	t.Logf("%d handovers by drain; in the watch the closest was %s after its acknowledgement", handovers, closest)
+
+	// r1 stops and deletes its Lease: its ManifestSyncs go to r0 no
+	// earlier than the gap after.
+	own, _ := owners(t, ns)
+	r1.stop()
+	released := time.Now()
+	if err := r1.member.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, ns, total, "r0")
+	takes := sharderLog.ok("take")
+	moved := 0
+	for key, o := range own {
+		if o != "r1" {
+			continue
+		}
+		for _, tk := range takes[key] {
+			if tk.sent.After(released) {
+				moved++
+				if d := tk.sent.Sub(released); d < gap {
+					t.Errorf("%s: taken from stopped r1 %s after its Lease went, want ≥ %s", key, d, gap)
+				}
+			}
+		}
+	}
+	if moved == 0 {
+		t.Error("nothing moved from stopped r1")
+	}
+
+	// A new ManifestSync, never owned, is assigned at once.
+	created := time.Now()
+	create("late")
+	converge(t, ns, total+1, "r0")
+	late := sharderLog.ok("assign")[ns+"/late"]
+	if len(late) != 1 {
+		t.Fatalf("the new ManifestSync was assigned %d times, want 1", len(late))
+	}
+	if d := late[0].sent.Sub(created); d >= gap {
+		t.Errorf("a new ManifestSync was assigned %s after its creation, want at once (< %s)", d, gap)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.doubles {
+		t.Error(d)
 	}
 }
