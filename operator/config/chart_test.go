@@ -211,7 +211,7 @@ func TestChartOptions(t *testing.T) {
 				t.Errorf("the operator serves the web UI by default: %v", args)
 			}
 			if strings.HasPrefix(a, "--trusted-namespaces") || strings.HasPrefix(a, "--default-service-account") || strings.HasPrefix(a, "--watch-label-selector") ||
-				strings.HasPrefix(a, "--shards") || strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
+				strings.HasPrefix(a, "--git-cache-max-size") || strings.HasPrefix(a, "--helm-cache-max-size") {
 				t.Errorf("the operator's args %v set %s by default", args, a)
 			}
 		}
@@ -232,6 +232,69 @@ func TestChartOptions(t *testing.T) {
 			if o.GroupVersionKind().Group == "monitoring.coreos.com" || o.GetName() == "manifestsync-webhook" || o.GetName() == "manifestsync-ui" {
 				t.Errorf("%s is rendered though its option is off", key(o))
 			}
+		}
+	})
+
+	// sharding.mode empty (the default) shards when there is more than
+	// one replica; auto and off say so whatever the replicas. Sharded,
+	// each replica's --shard-id is its pod's name (the downward API), and
+	// the operator may write Leases in its namespace.
+	t.Run("sharding", func(t *testing.T) {
+		for _, c := range []struct {
+			set     []string
+			sharded bool
+		}{
+			{nil, true}, // replicas: 2
+			{[]string{"replicas=1"}, false},
+			{[]string{"replicas=3"}, true},
+			{[]string{"replicas=3", "sharding.mode=off"}, false},
+			{[]string{"replicas=1", "sharding.mode=auto"}, true},
+			{[]string{"replicas=0"}, false},
+		} {
+			var args []string
+			for _, kv := range c.set {
+				args = append(args, "--set", kv)
+			}
+			objs := renderChart(t, "manifestsync", "ops", args...)
+			deploy := find(t, objs, "Deployment", "manifestsync")
+			containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+			env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+			podName := slices.ContainsFunc(env, func(e any) bool {
+				m := e.(map[string]any)
+				ref, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath")
+				return m["name"] == "POD_NAME" && ref == "metadata.name"
+			})
+			args = containerArgs(t, deploy)
+			flags := 0
+			for _, a := range args {
+				if strings.HasPrefix(a, "--shards") {
+					flags++
+				}
+			}
+			if sharded := slices.Contains(args, "--shards=auto"); sharded != c.sharded || flags > 1 || podName != c.sharded {
+				t.Errorf("--set %v: args %v, POD_NAME %v; want sharded %v", c.set, args, podName, c.sharded)
+			}
+		}
+		objs := renderChart(t, "manifestsync", "ops")
+		rules, _, _ := unstructured.NestedSlice(find(t, objs, "Role", "manifestsync-leader-election").Object, "rules")
+		leases := false
+		for _, r := range rules {
+			m := r.(map[string]any)
+			verbs := fmt.Sprint(m["verbs"])
+			if fmt.Sprint(m["apiGroups"]) == "[coordination.k8s.io]" && fmt.Sprint(m["resources"]) == "[leases]" {
+				leases = true
+				for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
+					if !strings.Contains(verbs, v) {
+						t.Errorf("the operator may not %s Leases: %v", v, m)
+					}
+				}
+			}
+		}
+		if !leases {
+			t.Errorf("the leader election Role grants nothing on Leases: %v", rules)
+		}
+		if find(t, objs, "RoleBinding", "manifestsync-leader-election").GetNamespace() != "ops" {
+			t.Error("the Leases' RoleBinding is not in the release's namespace")
 		}
 	})
 

@@ -41,3 +41,15 @@ The ServiceAccount the operator runs as, which the bindings name.
   name: {{ include "manifestsync.fullname" . }}
   namespace: {{ .Release.Namespace }}
 {{- end -}}
+
+{{/*
+Whether the replicas shard (--shards auto): sharding.mode "auto" or "off"
+says so; empty, they do when there is more than one.
+*/}}
+{{- define "manifestsync.sharded" -}}
+{{- if eq .Values.sharding.mode "auto" -}}
+true
+{{- else if and (eq .Values.sharding.mode "") (gt (int .Values.replicas) 1) -}}
+true
+{{- end -}}
+{{- end -}}
