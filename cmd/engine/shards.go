@@ -107,6 +107,7 @@ func (s *sharding) setup(mgr manager.Manager, cfg *rest.Config, scheme *runtime.
 	s.replica = &shard.Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: s.id, Member: s.member,
 		ShutdownGrace: f.reconcilerOpts.ShutdownGrace}
 	f.reconcilerOpts.ShutdownGrace = time.Nanosecond // the replica's fence holds the grace
+	f.reconcilerOpts.ShardID = s.id                  // its objects carry its shard label; it caches only those
 	if err := mgr.Add(s.replica); err != nil {
 		return nil, err
 	}

@@ -79,6 +79,9 @@ type Manager struct {
 	// manager of the writes, "" being FieldManager.
 	Owner        string
 	FieldManager string
+	// Shard is ShardLabel's value, the ID of the replica that applies
+	// (--shards auto); "" writes no ShardLabel.
+	Shard string
 	// Policy is the ManifestSync's spec.policy.resources; "" is Sync.
 	Policy v1alpha1.ResourcePolicy
 	// DryRun makes every write a server-side dry run (engine diff).
@@ -101,6 +104,9 @@ func (a *Manager) Apply(ctx context.Context, desired *unstructured.Unstructured,
 		labels = map[string]string{}
 	}
 	labels[OwnerLabel] = a.Owner
+	if a.Shard != "" {
+		labels[ShardLabel] = a.Shard
+	}
 	obj.SetLabels(labels)
 	annotations := obj.GetAnnotations()
 	if annotations == nil {

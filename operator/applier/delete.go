@@ -33,9 +33,13 @@ func Delete(ctx context.Context, c client.Client, id v1alpha1.ObjectID, obj *met
 
 // Orphan removes our owner label and digest annotation from obj, the live
 // metadata of the object id names, through c, leaving it otherwise as it
-// is: no ManifestSync manages it any more.
+// is: no ManifestSync manages it any more. The shard label of a sharded
+// operator goes too, when obj has one.
 func Orphan(ctx context.Context, c client.Client, id v1alpha1.ObjectID, obj *metav1.PartialObjectMetadata) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`, OwnerLabel, DigestAnnotation)
+	if _, ok := obj.Labels[ShardLabel]; ok {
+		patch = fmt.Appendf(nil, `{"metadata":{"labels":{%q:null,%q:null},"annotations":{%q:null}}}`, OwnerLabel, ShardLabel, DigestAnnotation)
+	}
 	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("orphaning %s: %w", id.String(), err)
 	}

@@ -192,7 +192,14 @@ func dryRunObject(ctx context.Context, a *Manager, t *engine.TargetResult, obj *
 		return d, err
 	}
 	d.Live = NormalizeForDiff(live)
-	ch := a.Apply(ctx, obj, digest)
+	// A sync writes the shard label of the replica that owns the
+	// ManifestSync (--shards auto): the dry run keeps the live one's, so
+	// that it shows no change of it.
+	m := *a
+	if live != nil {
+		m.Shard = live.GetLabels()[ShardLabel]
+	}
+	ch := m.Apply(ctx, obj, digest)
 	d.Action, d.Err = ch.Action, ch.Err
 	switch ch.Action {
 	case ActionFailed:

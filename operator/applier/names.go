@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/shard"
 )
 
 // The names the applier puts on, and reads from, the objects it manages.
@@ -34,6 +35,13 @@ const (
 	// names, so that the hook's changes wake it) with its phase. A hook
 	// is in no inventory: never pruned, never corrected for drift.
 	HookLabel = "manifestsync.dev/hook"
+	// ShardLabel marks an object applied by a replica of `engine operator
+	// --shards auto` with the replica's ID: its ManifestSync's own shard
+	// label (operator/shard.OwnerLabel), moved with it. Each replica
+	// caches only the objects carrying its own ID; the owner label, not
+	// this one, says whose an object is (prune, orphan and conflicts read
+	// that). An operator without sharding writes none.
+	ShardLabel = shard.OwnerLabel
 )
 
 // Instance identity. Operators of several clusters may write to one shared

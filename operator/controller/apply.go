@@ -66,6 +66,7 @@ type applier struct {
 	live    client.Reader // reads from the API server
 	managed client.Reader // metadata of the objects carrying OwnerLabel, cached
 	owner   string        // OwnerLabel's value
+	shard   string        // ShardLabel's value; "" writes none
 	manager string        // field manager; "" is FieldManager
 	policy  v1alpha1.ResourcePolicy
 	// guard refuses the writes of a write war; nil refuses none.
@@ -77,7 +78,7 @@ type applier struct {
 // apply applies desired, whose digest is given, and says what happened.
 // desired is sent as ssa.AsApplied makes it; the change keeps digest.
 func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured, digest, target string) Change {
-	m := ssa.Manager{Client: a.client, Live: a.live, Managed: a.managed, Owner: a.owner, FieldManager: a.manager, Policy: a.policy}
+	m := ssa.Manager{Client: a.client, Live: a.live, Managed: a.managed, Owner: a.owner, Shard: a.shard, FieldManager: a.manager, Policy: a.policy}
 	res := m.Apply(ctx, desired, digest)
 	ch := Change{Item: itemOf(desired, target), Action: res.Action, ResourceVersion: res.ResourceVersion, Err: res.Err, digest: sumOf(digest)}
 	switch {
@@ -90,6 +91,7 @@ func (a *applier) apply(ctx context.Context, desired *unstructured.Unstructured,
 		}
 	case res.Kept != nil:
 		ch.Fields = ownedFields(res.Kept, a.fieldManager())
+		ch.Item.kept = true
 	}
 	return ch
 }

@@ -59,6 +59,11 @@ type cluster struct {
 	// namespaces reads the target namespaces' metadata.
 	namespaces client.Reader
 	remote     bool
+	// shard is this replica's ShardLabel value (Options.ShardID); ""
+	// without sharding. With it, managed holds only the objects carrying
+	// it: one it does not hold may be ours still, labelled by the replica
+	// that had the ManifestSync before (see shard.go).
+	shard string
 }
 
 // applier returns base's applier writing to c.
@@ -141,7 +146,7 @@ func (r *Reconciler) remoteCluster(ctx context.Context, ms *v1alpha1.ManifestSyn
 	c := rc.client
 	return &cluster{
 		name: ref.Name, ref: ref.Name + "/" + kc.key, remote: true,
-		client: c, live: c, managed: noCache{}, namespaces: c,
+		client: c, live: c, managed: noCache{}, namespaces: c, shard: r.Options.ShardID,
 	}, nil
 }
 

@@ -141,6 +141,11 @@ func keepOwnFields(manager string) toolscache.TransformFunc {
 type liveObject struct {
 	resourceVersion string
 	fields          fieldsDigest
+	// foreign is set when the object carries another replica's
+	// ShardLabel (its ManifestSync moved here since it was applied): it
+	// is not drift, but the object is applied again so that this
+	// replica's cache holds it (see shard.go).
+	foreign bool
 }
 
 // isDrift reports whether the object changed, since it was applied as o,
@@ -156,10 +161,18 @@ func (o appliedObject) isDrift(now liveObject) bool {
 	return o.item.fields == 0 || now.fields != o.item.fields
 }
 
+// moved reports whether the object, as it is now, is to be applied again
+// only because another replica's shard label is on it: not drift, nor a
+// drift that the policy left as it is (drifted), which applying would
+// undo, nor an object policy Keep leaves as it is (kept).
+func (o appliedObject) moved(now liveObject) bool {
+	return now.foreign && now.resourceVersion != "" && !o.item.drifted && !o.item.kept
+}
+
 // observe reads an applied object's version and owned fields from the
 // managed cache and, when the cache shows it changed in its fields (the
-// cache may lag behind our own writes, or not hold it: it left our label),
-// from the API server. A status write costs no request. A kind the cache
+// cache may lag behind our own writes, or not hold it: it left our label,
+// or carries another replica's shard label), from the API server. A status write costs no request. A kind the cache
 // does not hold is read from the API server.
 func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
 	if m, found, ok := readCachedMeta(ctx, c.managed, o.item.gvk(), objectKey(o.item.id)); ok {
@@ -192,7 +205,7 @@ func observe(ctx context.Context, c *cluster, o appliedObject, manager string) (
 }
 
 // readLive reads an applied object's version and owned fields from the
-// API server.
+// API server, and whether another replica's shard label is on it.
 func readLive(ctx context.Context, c *cluster, o appliedObject, manager string) (liveObject, error) {
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(o.item.gvk())
@@ -202,5 +215,5 @@ func readLive(ctx context.Context, c *cluster, o appliedObject, manager string) 
 		}
 		return liveObject{}, fmt.Errorf("reading %s: %w", o.item.id.String(), err)
 	}
-	return liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager)}, nil
+	return liveObject{resourceVersion: meta.ResourceVersion, fields: ownedFields(meta, manager), foreign: c.foreign(meta)}, nil
 }

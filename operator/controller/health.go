@@ -133,7 +133,10 @@ func (r *Reconciler) waveWait(ctx context.Context, c *cluster, checker *health.C
 
 // judge is the health of one of our objects: as its apply returned it,
 // else as the managed cache holds it (the API server, for a remote
-// cluster, which has no cache).
+// cluster, which has no cache). A sharded replica's cache holds only the
+// objects carrying its shard label: one it does not hold is read from the
+// API server, not taken as gone (it may carry the label of the replica
+// its ManifestSync moved from).
 func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) health.Result {
 	if ch.health != nil {
 		return *ch.health
@@ -146,16 +149,17 @@ func judge(ctx context.Context, c *cluster, checker *health.Checker, ch Change) 
 	needs := checker.NeedsObject(gvk)
 	if !needs {
 		// Its metadata tells all: it exists, or is being deleted.
-		if m, found, ok := readCachedMeta(ctx, reader, gvk, objectKey(ch.Item.id)); ok {
+		if m, found, ok := readCachedMeta(ctx, reader, gvk, objectKey(ch.Item.id)); ok && (found || c.shard == "") {
 			return health.CheckPresence(found, found && m.deletion != nil)
 		}
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
 	err := readObject(ctx, reader, objectKey(ch.Item.id), obj, needs)
-	if err != nil && !apierrors.IsNotFound(err) && !c.remote {
+	if err != nil && (!apierrors.IsNotFound(err) || c.shard != "") && !c.remote {
 		// Not cached (a kind the operator may not watch, or whose cache
-		// has not synced): the API server tells.
+		// has not synced), or not in a sharded replica's cache: the API
+		// server tells.
 		err = readObject(ctx, c.live, objectKey(ch.Item.id), obj, needs)
 	}
 	switch {

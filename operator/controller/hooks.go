@@ -338,6 +338,9 @@ func (h *hookRun) create(ctx context.Context, phase engine.HookPhase, obj *unstr
 		labels = map[string]string{}
 	}
 	labels[OwnerLabel], labels[HookLabel] = h.owner, string(phase)
+	if h.r.Options.ShardID != "" { // so that the replica's cache holds it, and its changes wake the run
+		labels[ShardLabel] = h.r.Options.ShardID
+	}
 	obj.SetLabels(labels)
 	ann := obj.GetAnnotations()
 	if ann == nil {

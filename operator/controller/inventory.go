@@ -32,6 +32,10 @@ type inventoryItem struct {
 	// drifted is set when the object was changed by someone else and
 	// left so.
 	drifted bool
+	// kept is set when policy Keep left the object as it was, at its
+	// last apply: a move does not apply it again (see shard.go). Not in
+	// status.
+	kept bool
 	// fields is the digest of the fields we own in it (ownedFields).
 	fields fieldsDigest
 }

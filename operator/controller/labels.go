@@ -28,6 +28,9 @@ const (
 	DigestAnnotation = ssa.DigestAnnotation
 	// PolicyAnnotation overrides spec.policy.resources for one object.
 	PolicyAnnotation = ssa.PolicyAnnotation
+	// ShardLabel marks an object with the ID of the replica that applied
+	// it, under --shards auto (Options.ShardID).
+	ShardLabel = ssa.ShardLabel
 	// PruneAnnotation set to PruneDisabled keeps an object from pruning.
 	PruneAnnotation = ssa.PruneAnnotation
 	PruneDisabled   = ssa.PruneDisabled

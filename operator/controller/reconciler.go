@@ -104,6 +104,14 @@ type Options struct {
 	// they resume at once when it does (see APIServerProbe); the manager's
 	// cache should take its NewInformer too.
 	APIServer *APIServerProbe
+	// ShardID is the ID of this replica of `engine operator --shards
+	// auto` (operator/shard), "" without sharding. Every object it applies
+	// carries ShardLabel with it, and its cache of managed objects holds
+	// only those carrying its own: memory per replica falls with the
+	// number of replicas. An object another replica labelled (its
+	// ManifestSync moved here) is read from the API server until this
+	// replica applies it, which its first sync does (shard.go).
+	ShardID string
 	// InventoryGzipThreshold is the size of status.inventory's JSON above
 	// which the inventory is written gzipped (status.inventoryGzip), so
 	// that the status of a large fan-out fits in the API server's request

@@ -73,10 +73,23 @@ func restoreObject(ctx context.Context, c *cluster, a *applier, it inventoryItem
 	if c.remote {
 		read = c.live // a remote cluster has no cache
 	}
-	if err := read.Get(ctx, objectKey(it.id), meta); err != nil {
+	err := read.Get(ctx, objectKey(it.id), meta)
+	if err != nil && c.shard != "" && !c.remote {
+		// The cache holds this replica's share only: an object the
+		// ManifestSync's last owner labelled is read from the API server.
+		err = c.live.Get(ctx, objectKey(it.id), meta)
+	}
+	if err != nil {
 		return o, false
 	}
 	if meta.Labels[OwnerLabel] != a.owner || meta.Annotations[DigestAnnotation] != digest {
+		return o, false
+	}
+	if c.shard != "" && meta.Labels[ShardLabel] != c.shard && !(it.drifted && left) {
+		// Labelled by another replica (the ManifestSync moved here):
+		// applied again, with this replica's label, so that its cache
+		// holds it. A drift left as it is by policy stays so, and the
+		// object is read from the API server instead.
 		return o, false
 	}
 	fields := ownedFields(meta, a.fieldManager())

@@ -207,7 +207,7 @@ func (o *targetOutcome) appendOwned(items []*inventoryItem) []*inventoryItem {
 // from which the records of a restarted operator are rebuilt.
 func (r *Reconciler) syncTargets(ctx context.Context, ms *v1alpha1.ManifestSync, res *engine.Result, st *syncState, inventory iter.Seq[inventoryItem]) []*targetOutcome {
 	checker := st.checker(ms)
-	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), manager: r.Options.fieldManager(),
+	a := &applier{client: r.Client, live: r.APIReader, managed: r.managed, owner: r.Options.owner(ms), shard: r.Options.ShardID, manager: r.Options.fieldManager(),
 		policy: ms.Spec.Policy.Resources, guard: r.guard, health: checker}
 	held := r.heldEmpty(ms, res)
 	hooks := hookRunsOf(ms)
@@ -393,7 +393,7 @@ func (r *Reconciler) syncTarget(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		// not Current) leaves alone what it applied already, unless that
 		// changed since.
 		if o, ok := applied[v1alpha1.IDOf(obj)]; ok {
-			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) {
+			if now, err := observe(ctx, c, o, a.fieldManager()); err == nil && !o.isDrift(now) && !o.moved(now) {
 				item := o.item // drifted still as someone left it
 				out.changes = append(out.changes, Change{Item: item, Action: ActionUnchanged, ResourceVersion: now.resourceVersion, Fields: now.fields, digest: o.digest})
 				return nil
@@ -539,7 +539,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		}
 		return next
 	}
-	var drifted []int // indexes into rec.objects
+	var drifted, moved []int // indexes into rec.objects
 	live := map[int]liveObject{}
 	for i, o := range rec.objects {
 		if o.resourceVersion == "" {
@@ -550,17 +550,20 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			out.err = c.targetError(t, err)
 			return out
 		}
-		if o.isDrift(now) {
+		switch {
+		case o.isDrift(now):
 			drifted = append(drifted, i)
 			live[i] = now
-		} else if now != (liveObject{resourceVersion: o.resourceVersion, fields: o.item.fields}) {
+		case o.moved(now):
+			moved = append(moved, i) // applied again, with this replica's label
+		case now != (liveObject{resourceVersion: o.resourceVersion, fields: o.item.fields, foreign: now.foreign}):
 			// Changed in fields that are not ours (its status): the
 			// same object, at a later version.
 			n := edit()
 			n.objects[i].resourceVersion, n.objects[i].item.fields = now.resourceVersion, now.fields
 		}
 	}
-	if len(drifted) == 0 {
+	if len(drifted) == 0 && len(moved) == 0 {
 		out.steady = true
 		out.record = cmp.Or(next, rec)
 		return out
@@ -573,7 +576,12 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		}
 		out.drift = append(out.drift, rec.objects[i].item.id.String()+" ("+what+")")
 	}
-	if policy != v1alpha1.DriftCorrect && policy != "" {
+	// What is applied again: the objects that moved here with their
+	// ManifestSync (another replica's shard label on them) and, under
+	// policy Correct, those that drifted.
+	reapply := moved
+	correct := policy == v1alpha1.DriftCorrect || policy == ""
+	if !correct {
 		// Reported: remember the objects as they are now, so that the
 		// same drift is not found again; a deleted one stays in the
 		// inventory, missing.
@@ -582,11 +590,15 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 			next.objects[i].item.missing = live[i].resourceVersion == ""
 			next.objects[i].item.drifted = live[i].resourceVersion != ""
 		}
-		out.record = next
-		return out
+		if len(moved) == 0 {
+			out.record = next
+			return out
+		}
+	} else {
+		reapply = append(slices.Clone(drifted), moved...)
 	}
 	// The objects, when the evaluation did not keep them, are made again
-	// to correct the drift.
+	// to apply them.
 	full, err := t.WithManifests()
 	if err != nil {
 		out.err = err
@@ -597,7 +609,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 	for i, obj := range full.Objects {
 		desired[v1alpha1.IDOf(obj)] = i
 	}
-	for _, i := range drifted {
+	for _, i := range reapply {
 		j, ok := desired[rec.objects[i].item.id]
 		if !ok {
 			continue
@@ -610,7 +622,7 @@ func (r *Reconciler) checkDrift(ctx context.Context, ms *v1alpha1.ManifestSync, 
 		out.changes = append(out.changes, ch)
 		next.objects[i].resourceVersion, next.objects[i].item.fields = ch.ResourceVersion, ch.Fields
 	}
-	out.corrected = true
+	out.corrected = correct && len(drifted) > 0
 	// A retry re-applies only what is still not as recorded.
 	next.partial = !out.ok()
 	out.record = next

@@ -36,7 +36,7 @@ func (r *Reconciler) checkTenancy(ms *v1alpha1.ManifestSync) error {
 // ManifestSync of a namespace that is not trusted writes through the
 // write gate (see writegate.go).
 func (r *Reconciler) localCluster(ms *v1alpha1.ManifestSync) (*cluster, error) {
-	c := &cluster{name: inCluster, client: r.Client, live: r.APIReader, managed: r.managed, namespaces: r.Client}
+	c := &cluster{name: inCluster, client: r.Client, live: r.APIReader, managed: r.managed, namespaces: r.Client, shard: r.Options.ShardID}
 	account := r.Options.serviceAccount(ms)
 	if account == "" {
 		if r.Options.RequireServiceAccount {

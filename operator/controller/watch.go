@@ -95,7 +95,7 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 		return err
 	}
 
-	owned, err := labels.NewRequirement(OwnerLabel, selection.Exists, nil)
+	managedSelector, err := managedObjectsSelector(r.Options.ShardID)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 		HTTPClient:           mgr.GetHTTPClient(),
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
-		DefaultLabelSelector: labels.NewSelector().Add(*owned),
+		DefaultLabelSelector: managedSelector,
 		// Our own managed fields entry stays: drift is judged by it.
 		DefaultTransform: keepOwnFields(r.Options.fieldManager()),
 		NewInformer:      w.onForbidden("", withoutNamespaceIndex(r.Options.APIServer.NewInformer)),
@@ -163,6 +163,25 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 	}
 	r.watches = w
 	return r.setupClusters(ctx, mgr)
+}
+
+// managedObjectsSelector selects the objects of the managed cache: those
+// carrying OwnerLabel and, for a replica of --shards auto (shard is its
+// ID), its own ShardLabel, so that each replica holds only its share.
+func managedObjectsSelector(shard string) (labels.Selector, error) {
+	owned, err := labels.NewRequirement(OwnerLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	sel := labels.NewSelector().Add(*owned)
+	if shard == "" {
+		return sel, nil
+	}
+	mine, err := labels.NewRequirement(ShardLabel, selection.Equals, []string{shard})
+	if err != nil {
+		return nil, fmt.Errorf("shard id %q: %w", shard, err)
+	}
+	return sel.Add(*mine), nil
 }
 
 func wrapped(r reconcile.Reconciler, wrap func(reconcile.Reconciler) reconcile.Reconciler) reconcile.Reconciler {

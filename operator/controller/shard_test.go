@@ -1,0 +1,322 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/operator/shard"
+	"github.com/manifestsync/manifestsync/operator/testenv"
+)
+
+// shardedOperator runs, until the test ends, a replica of `engine
+// operator --shards auto` on the second API server, as cmd/engine wires
+// one: its ManifestSync cache selects shard.OwnerLabel=id and its
+// reconciler has ShardID id. The sharder, Leases and drain are
+// operator/shard's (tested there): here a ManifestSync moves by its
+// label being set, as the sharder sets it.
+func shardedOperator(t *testing.T, id string) *Reconciler {
+	t.Helper()
+	skip := true
+	probe, err := NewAPIServerProbe(remoteEnv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(remoteEnv.Config, ctrl.Options{
+		Scheme:                 remoteEnv.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: &skip},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: probe.NewInformer,
+			ByObject: map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: shard.OwnerSelector(id)}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Options: Options{
+		ShardID: id, TrustedNamespaces: []string{"*"}, Evaluator: evaluators, APIServer: probe,
+		RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	stop, err := testenv.StartManager(ctx, cancel, mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return r
+}
+
+// cachedConfigMap reads a ConfigMap's metadata from r's cache of managed
+// objects.
+func cachedConfigMap(r *Reconciler, ns, name string) error {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	return r.managed.Get(context.Background(), keyOf(ns, name), meta)
+}
+
+// Sharded replicas: every object a replica applies carries its shard
+// label, and its cache of managed objects holds none of another
+// replica's. A ManifestSync moved from replica a to b has every object
+// applied again by b with b's label (one write each), the object its
+// output dropped in the same move pruned although a's label is still on
+// it, nothing else deleted or recreated, and b's resyncs then write
+// nothing. An object relabelled behind b's back (another replica's apply)
+// is applied again, not taken for drift; a ManifestSync deleted while
+// its objects carry the old replica's label has them orphaned all the
+// same.
+//
+// What a hostile user gets: nothing new. Labelling an object with
+// another replica's ID only moves it out of one replica's cache into
+// another's (shard labels are not trusted to tell whose an object is: the
+// owner label still does, and the write guards are unchanged), and the
+// owner reads it from the API server and labels it back at its next sync.
+func TestShardedReplicas(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	c := remoteEnv.Client
+	ra := shardedOperator(t, "a")
+	rb := shardedOperator(t, "b")
+	ns := remoteEnv.Namespace(t, nil)
+
+	ms := newSync(ns, "moves", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["c0", "c1", "c2"]}`),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour}, // no resync but ours
+	})
+	ms.Labels = map[string]string{shard.OwnerLabel: "a"}
+	remoteEnv.CreateSync(t, ms, timeout)
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, timeout)
+	labelled := func(name, id string) *corev1.ConfigMap {
+		t.Helper()
+		cm := &corev1.ConfigMap{}
+		eventually(t, timeout, func() error {
+			if err := c.Get(ctx, keyOf(ns, name), cm); err != nil {
+				return err
+			}
+			if cm.Labels[OwnerLabel] != ownerValue(ms) || cm.Labels[ShardLabel] != id {
+				return fmt.Errorf("ConfigMap %s: labels %v, want the owner's and %s=%s", name, cm.Labels, ShardLabel, id)
+			}
+			return nil
+		})
+		return cm
+	}
+	before := map[string]*corev1.ConfigMap{}
+	for _, name := range []string{"c0", "c1", "c2"} {
+		before[name] = labelled(name, "a")
+	}
+
+	// a's cache holds its own objects, and none of b's: one of b, then
+	// one of a, are created; once a's cache shows the second it would
+	// show the first.
+	other := func(name, id string) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{OwnerLabel: ns + ".elsewhere", ShardLabel: id}}}
+		if err := c.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other("of-b", "b")
+	other("of-a", "a")
+	eventually(t, timeout, func() error { return cachedConfigMap(ra, ns, "of-a") })
+	if err := cachedConfigMap(ra, ns, "of-b"); !apierrors.IsNotFound(err) {
+		t.Errorf("a's cache read b's object: %v, want not found", err)
+	}
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := ra.watches.managedCache.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) < 4 {
+		t.Errorf("a's cache holds %d ConfigMaps, want its own 4", len(list.Items))
+	}
+	for _, item := range list.Items {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx, keyOf(item.Namespace, item.Name), cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Labels[ShardLabel] != "a" {
+			t.Errorf("a's cache holds ConfigMap %s/%s, labelled %v", item.Namespace, item.Name, cm.Labels)
+		}
+	}
+
+	// The move, and c2 leaves the output in the same change.
+	eventually(t, timeout, func() error {
+		cur := &v1alpha1.ManifestSync{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+			return err
+		}
+		cur.Labels[shard.OwnerLabel] = "b"
+		cur.Spec.Params = params(`{"names": ["c0", "c1"]}`)
+		return c.Update(ctx, cur)
+	})
+	got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, timeout)
+	after := map[string]*corev1.ConfigMap{}
+	for _, name := range []string{"c0", "c1"} {
+		after[name] = labelled(name, "b")
+		if after[name].UID != before[name].UID {
+			t.Errorf("ConfigMap %s was recreated", name)
+		}
+	}
+	eventually(t, timeout, func() error {
+		return remoteEnv.Gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c2"}})
+	})
+	for _, name := range []string{"of-a", "of-b"} {
+		if err := c.Get(ctx, keyOf(ns, name), &corev1.ConfigMap{}); err != nil {
+			t.Errorf("ConfigMap %s, of no ManifestSync here: %v", name, err)
+		}
+	}
+	if entries := entriesOf(t, got); len(entries) != 2 {
+		t.Errorf("inventory %+v, want c0 and c1", entries)
+	}
+	eventually(t, timeout, func() error { return cachedConfigMap(rb, ns, "c0") })
+	eventually(t, timeout, func() error {
+		if err := cachedConfigMap(ra, ns, "c0"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("a's cache still reads c0: %v", err)
+		}
+		return nil
+	})
+
+	// b's resync writes nothing.
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ms)}
+	if _, err := rb.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for name, was := range after {
+		if now := labelled(name, "b"); now.ResourceVersion != was.ResourceVersion {
+			t.Errorf("b's resync wrote ConfigMap %s", name)
+		}
+	}
+
+	// Another replica's apply of c0 (its label, the same field manager and
+	// fields): b's record of c0 outlived it; b applies c0 again, and
+	// reports no drift.
+	applied := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"namespace": ns, "name": "c0",
+			"labels":      map[string]any{OwnerLabel: ownerValue(ms), ShardLabel: "z"},
+			"annotations": map[string]any{DigestAnnotation: after["c0"].Annotations[DigestAnnotation]}},
+		"data": map[string]any{"target": after["c0"].Data["target"]},
+	}}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(applied), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	relabelled := labelled("c0", "b") // b's cache lost it: its watch woke b
+	if relabelled.ResourceVersion == after["c0"].ResourceVersion {
+		t.Error("c0 was not written")
+	}
+	got = remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonSynced, timeout)
+	for _, row := range got.Status.Targets {
+		if row.Message != "" {
+			t.Errorf("target %s: %q, want no drift", row.Name, row.Message)
+		}
+	}
+	if n := recordedDrift(t, got); n > 0 {
+		t.Errorf("%d DriftDetected events, want none", n)
+	}
+
+	// Deleted while its objects carry a's label, then moved to b: b
+	// orphans them.
+	leaves := newSync(ns, "leaves", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["o0"]}`),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+		Policy:    v1alpha1.Policy{Deletion: v1alpha1.DeletionOrphan},
+	})
+	leaves.Labels = map[string]string{shard.OwnerLabel: "a"}
+	remoteEnv.CreateSync(t, leaves, timeout)
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(leaves), v1alpha1.ReasonSynced, timeout)
+	ms = leaves // labelled checks its owner label
+	labelled("o0", "a")
+	relabel := func(id string) {
+		t.Helper()
+		eventually(t, timeout, func() error {
+			cur := &v1alpha1.ManifestSync{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(leaves), cur); err != nil {
+				return err
+			}
+			cur.Labels[shard.OwnerLabel] = id
+			return c.Update(ctx, cur)
+		})
+	}
+	relabel("nobody")
+	if err := c.Delete(ctx, leaves); err != nil {
+		t.Fatal(err)
+	}
+	relabel("b")
+	eventually(t, timeout, func() error { return remoteEnv.Gone(leaves) })
+	o0 := &corev1.ConfigMap{}
+	if err := c.Get(ctx, keyOf(ns, "o0"), o0); err != nil {
+		t.Fatalf("orphaned ConfigMap o0: %v", err)
+	}
+	if _, ok := o0.Labels[OwnerLabel]; ok {
+		t.Errorf("orphaned ConfigMap o0 is labelled %v", o0.Labels)
+	}
+	if _, ok := o0.Labels[ShardLabel]; ok {
+		t.Errorf("orphaned ConfigMap o0 is labelled %v", o0.Labels)
+	}
+}
+
+// recordedDrift counts the DriftDetected events of ms on the second API
+// server.
+func recordedDrift(t *testing.T, ms *v1alpha1.ManifestSync) int {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := remoteEnv.Client.List(context.Background(), &list, client.InNamespace(ms.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.Name == ms.Name && e.Reason == EventDriftDetected {
+			n++
+		}
+	}
+	return n
+}
+
+// An operator without sharding writes no shard label, and its resync
+// writes nothing.
+func TestUnshardedWritesNoShardLabel(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	ms := newSync(ns, "unsharded", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["u0"]}`),
+		Targets:   targets(ns),
+		Interval:  &metav1.Duration{Duration: time.Hour},
+	})
+	createSync(t, ms)
+	ready(t, ms)
+	cm := configMapWith(t, timeout, ms, ns, "u0", "target", "t0")
+	if v, ok := cm.Labels[ShardLabel]; ok {
+		t.Errorf("ConfigMap u0 has %s=%q", ShardLabel, v)
+	}
+	if _, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ms)}); err != nil {
+		t.Fatal(err)
+	}
+	if now := mustConfigMap(t, ns, "u0"); now.ResourceVersion != cm.ResourceVersion {
+		t.Error("the resync wrote ConfigMap u0")
+	}
+}
