@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +37,24 @@ func (f *clusterFlags) add(fl *pflag.FlagSet) {
 // client connects to the cluster and returns the key of the ManifestSync
 // called name there.
 func (f *clusterFlags) client(cmd, name string) (client.Client, client.ObjectKey, error) {
+	cfg, key, err := f.config(cmd, name)
+	if err != nil {
+		return nil, key, err
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, key, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, key, usageErr("%s: connecting to %s: %w", cmd, cfg.Host, err)
+	}
+	return c, key, nil
+}
+
+// config is the client configuration of the cluster, and the key of the
+// ManifestSync called name there.
+func (f *clusterFlags) config(cmd, name string) (*rest.Config, client.ObjectKey, error) {
 	rules, err := kubeconfigRules(cmd, f.kubeconfig)
 	if err != nil {
 		return nil, client.ObjectKey{}, err
@@ -53,15 +72,7 @@ func (f *clusterFlags) client(cmd, name string) (client.Client, client.ObjectKey
 			return nil, key, kubeconfigErr(cmd, err)
 		}
 	}
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, key, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, key, usageErr("%s: connecting to %s: %w", cmd, cfg.Host, err)
-	}
-	return c, key, nil
+	return cfg, key, nil
 }
 
 // kubeconfigErr is the usage error of command cmd that could not load a

@@ -26,6 +26,10 @@ type statusFlags struct {
 	output  string
 	history int
 	color   string
+	// --shards, and where to find the replicas (status_shards.go).
+	shards        bool
+	operatorNS    string
+	watchSelector string
 }
 
 func newStatusCmd() *cobra.Command {
@@ -52,6 +56,20 @@ InProgress, Failed, Terminating, NotFound or Unknown, with its message when
 it is not Current. A target's health (Healthy, Progressing, Degraded,
 Unknown) and the Healthy condition are the operator's.
 
+With --shards, show the replicas of an operator run with --shards auto
+(docs/sharding.md), from their Leases (manifestsync-shard-ID in
+--operator-namespace): each one's holder, when it last renewed its Lease,
+whether the Lease is live or expired (renewTime + leaseDurationSeconds
+against the API server's clock: an estimate, since each replica's own
+clock wrote renewTime), how many ManifestSyncs it owns
+(shard.manifestsync.dev/owner=ID) and how many of those drain to another
+(shard.manifestsync.dev/drain); which replica is the sharder (the holder
+of the leader Lease manifestsync.dev, or of the one of
+--watch-label-selector); and how many ManifestSyncs no replica owns yet.
+The ManifestSyncs counted are those of -n, else of every namespace. It
+needs permission to list leases (coordination.k8s.io) in the operator's
+namespace and manifestsyncs (their metadata) where it counts them.
+
 Objects are named "Kind namespace/name". Colours mark states when stdout is
 a terminal, unless NO_COLOR is set or --color says otherwise. -o json
 prints the same as a JSON document.
@@ -71,6 +89,9 @@ ManifestSync).`,
 	fl.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	fl.IntVar(&f.history, "history", 5, "how many history entries to show with NAME")
 	fl.StringVar(&f.color, "color", "auto", "colour states: auto (when stdout is a terminal and NO_COLOR is unset), always or never")
+	fl.BoolVar(&f.shards, "shards", false, "show the replicas of an operator run with --shards auto, and their shares of the ManifestSyncs")
+	fl.StringVar(&f.operatorNS, "operator-namespace", "manifestsync-system", "with --shards, the namespace of the operator's Leases (its --leader-election-namespace, else its own)")
+	fl.StringVar(&f.watchSelector, "watch-label-selector", "", "with --shards, the operator's --watch-label-selector: names its leader Lease and the ManifestSyncs it shares")
 	return cmd
 }
 
@@ -87,6 +108,9 @@ func runStatus(ctx context.Context, stdout io.Writer, f *statusFlags, args []str
 	opts, err := f.textOptions(stdout)
 	if err != nil {
 		return err
+	}
+	if f.shards {
+		return runStatusShards(ctx, stdout, f, args)
 	}
 	name := ""
 	if len(args) == 1 {
