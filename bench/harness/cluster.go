@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,14 +26,57 @@ type Cluster struct {
 	Kubeconfig string
 	// Root is the repository's root.
 	Root string
+	// AuditLog is the API server's audit log (WithWriteAudit), or "".
+	AuditLog string
 
 	env       *envtest.Environment
 	dir       string
 	workloads *testenv.Workloads
 }
 
-// StartCluster starts a control plane; dir holds its kubeconfig.
-func StartCluster(dir string) (*Cluster, error) {
+// ClusterOption changes the control plane StartCluster starts.
+type ClusterOption func(te *envtest.Environment, c *Cluster) error
+
+// WithWriteAudit makes the API server log every successful or failed
+// write (create, update, patch, delete) of the named resources of the
+// core group, with its user and time, to Cluster.AuditLog in dir, one
+// JSON event a line (testenv.ReadAudit reads it): a workload tells which
+// process wrote what, and when, each process its own user (UserKubeconfig).
+// The log is written as requests come (blocking mode), so that none is
+// dropped; only those resources are logged, to keep it small.
+func WithWriteAudit(resources ...string) ClusterOption {
+	return func(te *envtest.Environment, c *Cluster) error {
+		f, err := os.CreateTemp(c.dir, "audit-*.log")
+		if err != nil {
+			return err
+		}
+		f.Close()
+		policy := strings.TrimSuffix(f.Name(), ".log") + "-policy.yaml"
+		rules := fmt.Sprintf(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  resources: [{group: "", resources: [%s]}]
+- level: None
+`, strings.Join(resources, ", "))
+		if err := os.WriteFile(policy, []byte(rules), 0o600); err != nil {
+			return err
+		}
+		args := te.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", f.Name())
+		args.Set("audit-log-format", "json")
+		args.Set("audit-log-mode", "blocking")
+		c.AuditLog = f.Name()
+		return nil
+	}
+}
+
+// StartCluster starts a control plane; dir holds its kubeconfig (and its
+// audit log).
+func StartCluster(dir string, opts ...ClusterOption) (*Cluster, error) {
 	// envtest logs through controller-runtime; the report is the output.
 	ctrllog.SetLogger(logr.Discard())
 	root, err := testenv.RepoRoot()
@@ -50,6 +94,12 @@ func StartCluster(dir string) (*Cluster, error) {
 		ControlPlaneStartTimeout: time.Minute,
 	}
 	testenv.ConfigureAPIServer(env)
+	c := &Cluster{dir: dir, env: env}
+	for _, opt := range opts {
+		if err := opt(env, c); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting a control plane with the assets in %s (make envtest): %w", assets, err)
@@ -70,7 +120,24 @@ func StartCluster(dir string) (*Cluster, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &Cluster{Config: cfg, Kubeconfig: kubeconfig, Root: root, env: env, dir: dir}, nil
+	c.Config, c.Kubeconfig, c.Root = cfg, kubeconfig, root
+	return c, nil
+}
+
+// UserKubeconfig writes a kubeconfig of a new user of the API server in
+// the group system:masters, for a process whose requests the audit log
+// tells apart by its user, and returns its path.
+func (c *Cluster) UserKubeconfig(name string) (string, error) {
+	user, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, "kubeconfig-"+name)
+	return path, os.WriteFile(path, kc, 0o600)
 }
 
 // StartWorkloads also runs the workload test bed (testenv.StartWorkloads:

@@ -40,6 +40,8 @@ type clusterWorkload struct {
 	run  func(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, error)
 	// runNotes is run for a workload that writes notes too, such as W11.
 	runNotes func(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, []string, error)
+	// options start its control plane, such as W9's audit log.
+	options []harness.ClusterOption
 }
 
 var clusterWorkloads []clusterWorkload
@@ -69,7 +71,7 @@ func main() {
 
 // allWorkloads are the workloads of a whole run; a run of some of them
 // keeps the rows of the others from the report it rewrites.
-const allWorkloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10,W11,W12"
+const allWorkloads = "W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,W11,W12"
 
 // defaultBase is W12's baseline: the last commit before issue 28 linked
 // the oci, http, cosign and SOPS providers into bin/engine.
@@ -122,9 +124,9 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 	// that what one leaves behind (1,000 namespaces the control plane never
 	// finishes deleting, an operator's last writes) is not counted by the
 	// next.
-	withCluster := func(what string, fn func(c *harness.Cluster) error) error {
+	withCluster := func(what string, fn func(c *harness.Cluster) error, opts ...harness.ClusterOption) error {
 		step("starting a control plane for " + what)
-		c, err := harness.StartCluster(dir)
+		c, err := harness.StartCluster(dir, opts...)
 		if err != nil {
 			return err
 		}
@@ -154,7 +156,7 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 			rows, err := w.run(ctx, c, rounds)
 			rep.Rows = append(rep.Rows, rows...)
 			return err
-		})
+		}, w.options...)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,203 @@
+package w9
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/manifestsync/manifestsync/bench/harness"
+)
+
+// replicaProc is one replica: bin/engine operator --shards auto as a
+// process of its own (in a process group of its own, with its evaluation
+// workers), as its own user of the API server.
+type replicaProc struct {
+	id, user, log string
+	cmd           *exec.Cmd
+	exited        chan struct{}
+	exitErr       error
+	mem           *memSampler
+}
+
+// startReplica starts replica id of bin/engine with kubeconfig, its Lease
+// and the sharder's election in leaseNS, its log in logFile.
+func startReplica(engine, kubeconfig, id, user, leaseNS, logFile string) (*replicaProc, error) {
+	log, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(engine, "operator", "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", harness.TrustAll,
+		"--shards", "auto", "--shard-id", id, "--leader-election-namespace", leaseNS)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("starting replica %s: %w", id, err)
+	}
+	r := &replicaProc{id: id, user: user, log: logFile, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		r.exitErr = cmd.Wait()
+		log.Close()
+		close(r.exited)
+	}()
+	r.mem = sampleMemory(cmd.Process.Pid, 50*time.Millisecond)
+	return r, nil
+}
+
+// running says whether the replica has not exited.
+func (r *replicaProc) running() bool {
+	select {
+	case <-r.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends the replica as Kubernetes stops a pod: SIGTERM (it finishes
+// its syncs in flight and deletes its Lease), SIGKILL after grace; and
+// then its evaluation workers, if any are left.
+func (r *replicaProc) stop(grace time.Duration) {
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+		<-r.exited
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	r.mem.finish()
+}
+
+// kill ends the replica and its workers with SIGKILL, as a node's loss or
+// the OOM killer would: its Lease stays until it expires.
+func (r *replicaProc) kill() {
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	<-r.exited
+	r.mem.finish()
+}
+
+// tail is the end of the replica's log, for an error.
+func (r *replicaProc) tail() string {
+	raw, _ := os.ReadFile(r.log)
+	if len(raw) > 2000 {
+		raw = raw[len(raw)-2000:]
+	}
+	return fmt.Sprintf("replica %s (log %s): %s", r.id, r.log, raw)
+}
+
+// memSampler follows the memory of a process and its descendants (the
+// operator's evaluation workers), as W6 does: the peak of the sum of
+// their resident sets, and of the sum of their anonymous parts (RssAnon:
+// what the programs allocate, without the pages of the executable, which
+// are about the same in every process of bin/engine).
+type memSampler struct {
+	pid  int
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu         sync.Mutex
+	rss, anon  int64
+	hwm        int64 // the process's own high-water mark
+	file       int64 // the process's own file-backed pages (RssFile)
+	finishOnce sync.Once
+}
+
+func sampleMemory(pid int, interval time.Duration) *memSampler {
+	s := &memSampler{pid: pid, stop: make(chan struct{})}
+	s.wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			s.sample()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return s
+}
+
+func (s *memSampler) sample() {
+	rss, err := harness.ProcStatus(s.pid, "VmRSS")
+	if err != nil {
+		return
+	}
+	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
+	hwm, _ := harness.ProcStatus(s.pid, "VmHWM")
+	file, _ := harness.ProcStatus(s.pid, "RssFile")
+	for _, k := range descendants(s.pid) {
+		if n, err := harness.ProcStatus(k, "VmRSS"); err == nil {
+			rss += n
+		}
+		if n, err := harness.ProcStatus(k, "RssAnon"); err == nil {
+			anon += n
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rss, s.anon, s.hwm, s.file = max(s.rss, rss), max(s.anon, anon), max(s.hwm, hwm), max(s.file, file)
+}
+
+// peaks returns the peaks so far, in bytes: of the resident set (the
+// larger of the sampled sum and the process's own high-water mark), of
+// the anonymous memory, of the process's file-backed pages and of the
+// process alone (its high-water mark). It samples once more while the
+// process runs.
+func (s *memSampler) peaks() (rss, anon, file, own int64) {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(s.rss, s.hwm), s.anon, s.file, s.hwm
+}
+
+// finish stops sampling.
+func (s *memSampler) finish() {
+	s.finishOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+	})
+}
+
+// descendants are the processes below pid.
+func descendants(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	parent := map[int]int{}
+	for _, p := range stats {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		parent[self] = ppid
+	}
+	var out []int
+	for child := range parent {
+		for p := parent[child]; p > 1; p = parent[p] {
+			if p == pid {
+				out = append(out, child)
+				break
+			}
+		}
+	}
+	return out
+}
