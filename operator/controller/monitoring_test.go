@@ -26,6 +26,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	// The sharding metrics, which engine operator registers with
+	// --shards auto, and the dashboard's Sharding row queries.
+	_ "github.com/manifestsync/manifestsync/operator/shard"
 )
 
 // The dashboard and the alert rules shipped for the operator.
@@ -73,7 +76,8 @@ func TestMonitoringQueriesExportedMetrics(t *testing.T) {
 		"manifestsync_eval_duration_seconds_bucket", "manifestsync_objects_total", "manifestsync_failures_total",
 		"manifestsync_drift_total", "manifestsync_write_wars_total", "manifestsync_git_fetches_total",
 		"manifestsync_source_duration_seconds_bucket", "manifestsync_apiserver_reachable", "workqueue_depth",
-		"manifestsync_objects_health"} {
+		"manifestsync_objects_health", "manifestsync_shard_owned", "manifestsync_shard_moves_total", "manifestsync_shard_drains_total",
+		"manifestsync_shard_drain_acks_total", "manifestsync_shard_fences_total", "manifestsync_shard_members"} {
 		if !names[want] {
 			t.Errorf("no dashboard panel or alert queries %s", want)
 		}

@@ -6,7 +6,10 @@ import (
 )
 
 // Prometheus metrics of sharding, on controller-runtime's registry (served
-// by the manager's metrics endpoint). Each replica serves its own; the
+// by the manager's metrics endpoint). Each replica serves its own, told
+// apart by the scrape's target labels (pod, under the chart the replica's
+// ID) rather than a label of ours: the metrics are registered before the
+// replica's ID is known, and a constant label would repeat the pod's. The
 // sharder's are served by the leader.
 var (
 	ownedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -35,6 +38,17 @@ var (
 	})
 )
 
+// Reasons of movesTotal.
+const (
+	moveAssigned = "assigned"
+	moveExpired  = "expired"
+)
+
 func init() {
 	ctrlmetrics.Registry.MustRegister(ownedGauge, movesTotal, drainsTotal, acksTotal, fencesTotal, sharderLive)
+	// Each reason's series exists from the start, at 0, so that a rate
+	// over it is 0 rather than no data before the first move.
+	for _, r := range []string{moveAssigned, moveExpired} {
+		movesTotal.WithLabelValues(r)
+	}
 }
