@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
+	"github.com/manifestsync/manifestsync/engine"
 )
 
 // configMap is a desired ConfigMap of ns.
@@ -190,5 +191,52 @@ func TestDeleteAndOrphan(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orphan"}, cm); err != nil || cm.Labels[OwnerLabel] != "" || cm.Annotations[DigestAnnotation] != "" {
 		t.Errorf("orphaned: labels %v, annotations %v, %v", cm.Labels, cm.Annotations, err)
+	}
+}
+
+// TestManagerShardLabel: a Manager of a sharded replica writes
+// ShardLabel with its ID (one without, none); an apply by another
+// replica relabels the object, which is the same object otherwise; the
+// dry run of `engine diff` keeps the live label (no change shown), and
+// Orphan takes it away with the owner label.
+func TestManagerShardLabel(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	desired := configMap(ns, "web", map[string]any{"a": "1"}, nil)
+	plain := (&Manager{Client: env.Client, Live: env.Client, Owner: ns + ".app"}).Apply(ctx, configMap(ns, "plain", map[string]any{"a": "1"}, nil), "sha256:one")
+	if _, ok := plain.Applied.GetLabels()[ShardLabel]; ok || plain.Err != nil {
+		t.Errorf("unsharded apply: labels %v, %v", plain.Applied.GetLabels(), plain.Err)
+	}
+	a := &Manager{Client: env.Client, Live: env.Client, Owner: ns + ".app", Shard: "a"}
+	ch := a.Apply(ctx, desired, "sha256:one")
+	if ch.Err != nil || ch.Applied.GetLabels()[ShardLabel] != "a" {
+		t.Fatalf("apply of replica a: labels %v, %v", ch.Applied.GetLabels(), ch.Err)
+	}
+	b := &Manager{Client: env.Client, Live: env.Client, Owner: ns + ".app", Shard: "b"}
+	moved := b.Apply(ctx, desired, "sha256:one")
+	if moved.Action != ActionConfigured || moved.Applied.GetLabels()[ShardLabel] != "b" {
+		t.Errorf("apply of replica b: %s, labels %v, %v", moved.Action, moved.Applied.GetLabels(), moved.Err)
+	}
+	if again := b.Apply(ctx, desired, "sha256:one"); again.Action != ActionUnchanged {
+		t.Errorf("b's apply again: %s, %v", again.Action, again.Err)
+	}
+	dry := &Manager{Client: env.Client, Live: env.Client, Owner: ns + ".app", DryRun: true}
+	d, err := dryRunObject(ctx, dry, &engine.TargetResult{}, desired, "sha256:one", nil)
+	if err != nil || d.Action != ActionUnchanged {
+		t.Errorf("dry run of the same object: %s, %v, %v", d.Action, d.Err, err)
+	}
+
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := Orphan(ctx, env.Client, v1alpha1.ObjectID{Namespace: ns, Name: "web", Kind: "ConfigMap"}, meta); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil || len(cm.Labels) != 0 {
+		t.Errorf("orphaned: labels %v, %v", cm.Labels, err)
 	}
 }
