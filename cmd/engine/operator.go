@@ -109,9 +109,11 @@ holds a Lease of its own (manifestsync-shard-ID, in
 the ManifestSyncs labelled shard.manifestsync.dev/owner=ID. The replica
 holding the leader lease assigns them over the live Leases by consistent
 hashing; before one moves, its old owner finishes its sync in flight and
-lets go (shard.manifestsync.dev/drain). A replica that cannot renew its
-Lease for 10s stops writing and exits, before the Lease expires and its
-ManifestSyncs go to the others.
+lets go (shard.manifestsync.dev/drain). A replica renews its Lease every
+--shard-retry-period (2s); one that cannot renew it for
+--shard-renew-deadline (10s) stops writing and exits, before the Lease
+expires (--shard-lease-duration, 15s) and its ManifestSyncs go to the
+others. engine status --shards shows the replicas and their shares.
 
 With --instance-id, the operator's field manager is manifestsync-ID and the
 owner label of its objects "<namespace>.<name>_ID": operators of several
@@ -202,9 +204,7 @@ nine tenths of what the evaluation workers leave of it.`,
 		"how often the leader renews its lease and standbys try to take it (each wait jittered up to 2.2x); a killed leader is replaced within the lease duration plus two of these")
 	fl.DurationVar(&f.shutdownGrace, "graceful-shutdown-timeout", 25*time.Second,
 		"how long the operator waits, once told to stop (SIGTERM), for the syncs in flight to finish their applies and status; keep it below the pod's terminationGracePeriodSeconds (30s by default)")
-	fl.StringVar(&f.shards.mode, "shards", "off",
-		`"auto": every replica reconciles its share of the ManifestSyncs, assigned by the leader over the replicas' Leases (docs/sharding.md); "off": the leader reconciles all`)
-	fl.StringVar(&f.shards.id, "shard-id", "", "this replica's ID with --shards auto (its Lease manifestsync-shard-ID, the value of the label shard.manifestsync.dev/owner); default: $POD_NAME, else the host's name")
+	f.shards.add(fl) // --shards, --shard-id, --shard-lease-duration, ... (shards.go)
 	fl.StringVar(&f.watchLabelSelector, "watch-label-selector", "",
 		`reconcile only the ManifestSyncs this label selector matches (as Flux's controllers shard by hand: "sharding.fluxcd.io/key=shard1" in one Deployment, "!sharding.fluxcd.io/key" in the one that takes the rest); default: every ManifestSync`)
 	fl.IntVar(&f.concurrency, "concurrency", 4, "ManifestSyncs reconciled at once")

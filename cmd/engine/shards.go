@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -19,10 +20,26 @@ import (
 	"github.com/manifestsync/manifestsync/operator/shard"
 )
 
-// shardFlags are --shards and --shard-id.
+// shardFlags are --shards, --shard-id and the timings of the replica's
+// Lease.
 type shardFlags struct {
 	mode string // "" or "off", or "auto"
 	id   string
+	// leaseDuration, renewDeadline and retryPeriod are the Member's
+	// (shard.ValidateTimings).
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+}
+
+func (f *shardFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&f.mode, "shards", "off",
+		`"auto": every replica reconciles its share of the ManifestSyncs, assigned by the leader over the replicas' Leases (docs/sharding.md); "off": the leader reconciles all`)
+	fl.StringVar(&f.id, "shard-id", "", "this replica's ID with --shards auto (its Lease manifestsync-shard-ID, the value of the label shard.manifestsync.dev/owner); default: $POD_NAME, else the host's name")
+	fl.DurationVar(&f.leaseDuration, "shard-lease-duration", shard.DefaultLeaseDuration,
+		"with --shards auto, how long after this replica's last renewal of its Lease the leader gives its ManifestSyncs to the others (whole seconds)")
+	fl.DurationVar(&f.renewDeadline, "shard-renew-deadline", shard.DefaultRenewDeadline,
+		"with --shards auto, how long after its last renewal of its Lease this replica stops writing and exits; less than --shard-lease-duration, the difference being the margin for clocks that disagree")
+	fl.DurationVar(&f.retryPeriod, "shard-retry-period", shard.DefaultRetryPeriod,
+		"with --shards auto, how often this replica renews its Lease; less than half --shard-renew-deadline")
 }
 
 // sharding is what --shards auto adds to the operator: this replica's
@@ -30,6 +47,7 @@ type shardFlags struct {
 // it runs while it holds the leader lease.
 type sharding struct {
 	id, namespace string
+	timings       shardFlags
 	member        *shard.Member
 	replica       *shard.Replica
 	memberDone    chan error
@@ -62,6 +80,11 @@ func newSharding(f *operatorFlags) (*sharding, error) {
 	if err := shard.ValidateID(id); err != nil {
 		return nil, usageErr("operator: --shard-id: %v", err)
 	}
+	t := f.shards
+	if err := shard.ValidateTimings(t.leaseDuration, t.renewDeadline, t.retryPeriod); err != nil {
+		return nil, usageErr("operator: --shard-lease-duration %v, --shard-renew-deadline %v, --shard-retry-period %v: %v",
+			t.leaseDuration, t.renewDeadline, t.retryPeriod, err)
+	}
 	ns := f.leaderElectNS
 	if ns == "" {
 		if own := ownNamespace(os.Getenv, os.ReadFile); len(own) > 0 {
@@ -71,7 +94,7 @@ func newSharding(f *operatorFlags) (*sharding, error) {
 	if ns == "" {
 		return nil, usageErr("operator: --shards auto needs a namespace for its Leases: --leader-election-namespace, or $POD_NAMESPACE")
 	}
-	return &sharding{id: id, namespace: ns}, nil
+	return &sharding{id: id, namespace: ns, timings: t}, nil
 }
 
 // guard makes the replica's Member, renewing its Lease through a client
@@ -82,7 +105,8 @@ func (s *sharding) guard(cfg *rest.Config, scheme *runtime.Scheme) error {
 	if err != nil {
 		return err
 	}
-	s.member = &shard.Member{Client: c, Namespace: s.namespace, ID: s.id, Log: ctrl.Log.WithName("shard")}
+	s.member = &shard.Member{Client: c, Namespace: s.namespace, ID: s.id, Log: ctrl.Log.WithName("shard"),
+		LeaseDuration: s.timings.leaseDuration, RenewDeadline: s.timings.renewDeadline, RetryPeriod: s.timings.retryPeriod}
 	cfg.Wrap(s.member.Guard)
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -19,9 +21,9 @@ import (
 	"github.com/manifestsync/manifestsync/operator/testenv"
 )
 
-// Bad --shards and --shard-id values are usage errors naming the flag;
-// the cache of a replica selects its own share within
-// --watch-label-selector.
+// Bad --shards, --shard-id and Lease timings are usage errors naming the
+// flag; good timings reach the Member; the cache of a replica selects its
+// own share within --watch-label-selector.
 func TestOperatorShardsFlags(t *testing.T) {
 	for _, args := range [][]string{{"--shards", "on"}, {"--shards", "auto", "--shard-id", "Not_A_Label"}, {"--shards", "auto", "--shard-id", "a"}} {
 		var stdout, stderr bytes.Buffer
@@ -31,6 +33,32 @@ func TestOperatorShardsFlags(t *testing.T) {
 			t.Errorf("engine operator %v: exit %d, stderr %q; want %d naming the flag", args, code, stderr.String(), exitUsage)
 		}
 	}
+	// Lease timings that would let the fence fall at or after the Lease's
+	// expiry (two owners at once), or renew only once before it falls,
+	// are refused before anything starts, naming the flags.
+	ns := []string{"--shards", "auto", "--shard-id", "a", "--leader-election-namespace", "ops"}
+	for _, args := range [][]string{{"--shard-renew-deadline", "15s"}, {"--shard-renew-deadline", "20s"},
+		{"--shard-retry-period", "5s"}, {"--shard-lease-duration", "2500ms", "--shard-renew-deadline", "2s", "--shard-retry-period", "500ms"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(append([]string{"operator", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, ns...), args...), &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--shard-renew-deadline") {
+			t.Errorf("engine operator %v: exit %d, stderr %q; want %d naming the timing flags", args, code, stderr.String(), exitUsage)
+		}
+	}
+	// Those given reach the replica's Member.
+	f := &operatorFlags{leaderElectNS: "ops"}
+	f.shards = shardFlags{mode: "auto", id: "a", leaseDuration: 6 * time.Second, renewDeadline: 4 * time.Second, retryPeriod: time.Second}
+	s, err := newSharding(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.guard(&rest.Config{Host: "http://127.0.0.1:1"}, runtime.NewScheme()); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.member; m.LeaseDuration != 6*time.Second || m.RenewDeadline != 4*time.Second || m.RetryPeriod != time.Second {
+		t.Errorf("member timings %v %v %v, want 6s 4s 1s", m.LeaseDuration, m.RenewDeadline, m.RetryPeriod)
+	}
+
 	sel, _ := manifestSyncSelector(&operatorFlags{watchLabelSelector: "team=a"})
 	got := (&sharding{id: "r1"}).selector(sel)
 	if !got.Matches(labels.Set{"team": "a", shard.OwnerLabel: "r1"}) || got.Matches(labels.Set{"team": "a", shard.OwnerLabel: "r2"}) ||
