@@ -79,9 +79,9 @@ const (
 	shardNotOwner = "not its holder"
 )
 
-// shardPage is how many ManifestSyncs one list request returns: counting
-// the ManifestSyncs of a large cluster holds one page at a time.
-const shardPage = 500
+// shardPage is how many Leases or ManifestSyncs one list request returns:
+// reading a large cluster holds one page at a time.
+var shardPage int64 = 500
 
 // runStatusShards reads the Leases of opNS and the labels of the
 // ManifestSyncs of msNS (every namespace when "") and writes the replicas.
@@ -127,22 +127,35 @@ func runStatusShards(ctx context.Context, stdout io.Writer, f *statusFlags, args
 // ManifestSyncs of msNS that sel matches.
 func readShards(ctx context.Context, c client.Reader, clock *dateClock, opNS, msNS string, sel labels.Selector) (*ShardStatus, error) {
 	st := &ShardStatus{Namespace: opNS, ManifestSyncNamespace: msNS, LeaderLease: leaderElectionID(sel), Replicas: []ShardReplica{}}
-	var leases coordinationv1.LeaseList
-	if err := c.List(ctx, &leases, client.InNamespace(opNS)); err != nil {
-		return nil, forbidden(err, "list", "leases.coordination.k8s.io", opNS)
+	// The Leases of the namespace, a page at a time, of which only the
+	// replicas' and the leader's are kept.
+	var mine []coordinationv1.Lease
+	var leader *coordinationv1.Lease
+	leases := &coordinationv1.LeaseList{}
+	opts := []client.ListOption{client.InNamespace(opNS), client.Limit(shardPage)}
+	for {
+		if err := c.List(ctx, leases, opts...); err != nil {
+			return nil, forbidden(err, "list", "leases.coordination.k8s.io", opNS)
+		}
+		for i := range leases.Items {
+			l := &leases.Items[i]
+			if l.Name == st.LeaderLease {
+				leader = l.DeepCopy()
+			}
+			if id, ok := strings.CutPrefix(l.Name, shard.LeasePrefix); ok && shard.ValidateID(id) == nil {
+				mine = append(mine, *l.DeepCopy())
+			}
+		}
+		if leases.Continue == "" {
+			break
+		}
+		opts = append(opts[:2:2], client.Continue(leases.Continue))
 	}
 	st.Now, st.Clock = clock.now()
 	byID := map[string]*ShardReplica{}
-	var leader *coordinationv1.Lease
-	for i := range leases.Items {
-		l := &leases.Items[i]
-		if l.Name == st.LeaderLease {
-			leader = l
-		}
-		id, ok := strings.CutPrefix(l.Name, shard.LeasePrefix)
-		if !ok || shard.ValidateID(id) != nil {
-			continue
-		}
+	for i := range mine {
+		l := &mine[i]
+		id := strings.TrimPrefix(l.Name, shard.LeasePrefix)
 		r := &ShardReplica{ID: id, State: shardExpired}
 		if l.Spec.HolderIdentity != nil {
 			r.Holder = *l.Spec.HolderIdentity
@@ -174,7 +187,7 @@ func readShards(ctx context.Context, c client.Reader, clock *dateClock, opNS, ms
 	// a time.
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ManifestSyncList"))
-	opts := []client.ListOption{client.InNamespace(msNS), client.MatchingLabelsSelector{Selector: sel}, client.Limit(shardPage)}
+	opts = []client.ListOption{client.InNamespace(msNS), client.MatchingLabelsSelector{Selector: sel}, client.Limit(shardPage)}
 	for {
 		if err := c.List(ctx, list, opts...); err != nil {
 			return nil, forbidden(err, "list", "manifestsyncs.manifestsync.dev", msNS)

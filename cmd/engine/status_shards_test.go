@@ -146,6 +146,12 @@ func TestStatusShards(t *testing.T) {
 		}
 	}
 
+	// Read two objects a page, it counts the same.
+	shardPage = 2
+	_, stdout, _ = status(cluster.kubeconfig, "-n", msNS, "-o", "json")
+	shardPage = 500
+	check("pages of 2", parse(stdout), inNS, 2, "st-a")
+
 	// The table says the same.
 	code, stdout, _ = status(cluster.kubeconfig, "-n", msNS)
 	lines := strings.Split(stdout, "\n")
