@@ -1,6 +1,7 @@
 package w9
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 // Double is a ConfigMap written by two replicas within the window: the
 // closest such pair of its writes.
 type Double struct {
+	Run           string // the run of replicas, as replica named it
 	Object        string // namespace/name
 	First, Second string // the users, in order
 	At            time.Time
@@ -19,7 +21,7 @@ type Double struct {
 // WriteStats are what DoubleWrites counted.
 type WriteStats struct {
 	// Writes are the successful writes of ConfigMaps by the replicas;
-	// Objects the ConfigMaps they wrote.
+	// Objects the ConfigMaps they wrote, each once per run.
 	Writes, Objects int
 	// Moved are the ConfigMaps written by more than one replica, and
 	// Closest the shortest time between two writes of one ConfigMap by
@@ -33,21 +35,26 @@ type WriteStats struct {
 // DoubleWrites reads the audit events of the API server and returns the
 // ConfigMaps (by namespace/name) written by two different users that
 // replica accepts within window of each other, each once, at its closest
-// pair. A write is a create, update, patch or delete the API server
-// accepted (a 2xx answer); an apply that changed nothing counts too, as
-// the request was sent. Two writes by one user never count: one owner
-// writing an object twice is a sync, not two owners.
-func DoubleWrites(events []testenv.AuditEvent, replica func(user string) bool, window time.Duration) ([]Double, WriteStats) {
+// pair. replica names the run each replica's user belongs to: the writes
+// of one run are compared, a ConfigMap deleted after one run and written
+// again in the next being another object. A write is a create, update,
+// patch or delete the API server accepted (a 2xx answer); an apply that
+// changed nothing counts too, as the request was sent. Two writes by one
+// user never count: one owner writing an object twice is a sync, not two
+// owners.
+func DoubleWrites(events []testenv.AuditEvent, replica func(user string) (run string, ok bool), window time.Duration) ([]Double, WriteStats) {
 	type write struct {
 		user string
 		at   time.Time
 	}
-	writes := map[string][]write{}
+	type object struct{ run, name string }
+	writes := map[object][]write{}
 	users := map[string]bool{}
 	var st WriteStats
 	for _, ev := range events {
+		run, ok := replica(ev.User.Username)
 		if ev.ObjectRef.Resource != "configmaps" || ev.ObjectRef.Subresource != "" || ev.ObjectRef.Name == "" ||
-			ev.ResponseStatus.Code < 200 || ev.ResponseStatus.Code >= 300 || !replica(ev.User.Username) {
+			ev.ResponseStatus.Code < 200 || ev.ResponseStatus.Code >= 300 || !ok {
 			continue
 		}
 		switch ev.Verb {
@@ -55,20 +62,19 @@ func DoubleWrites(events []testenv.AuditEvent, replica func(user string) bool, w
 		default:
 			continue
 		}
-		k := ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name
+		k := object{run, ev.ObjectRef.Namespace + "/" + ev.ObjectRef.Name}
 		writes[k] = append(writes[k], write{ev.User.Username, ev.RequestReceivedTimestamp})
 		users[ev.User.Username] = true
 		st.Writes++
 	}
 	st.Objects, st.Users = len(writes), len(users)
 	var doubles []Double
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range writes {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	keys := make([]object, 0, len(writes))
+	for k := range writes {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b object) int { return cmp.Or(cmp.Compare(a.run, b.run), cmp.Compare(a.name, b.name)) })
+	for _, k := range keys {
 		ws := writes[k]
 		slices.SortStableFunc(ws, func(a, b write) int { return a.at.Compare(b.at) })
 		var closest *Double
@@ -85,7 +91,7 @@ func DoubleWrites(events []testenv.AuditEvent, replica func(user string) bool, w
 				st.Closest = max(apart, time.Nanosecond)
 			}
 			if apart < window && (closest == nil || apart < closest.Apart) {
-				closest = &Double{Object: k, First: ws[i-1].user, Second: ws[i].user, At: ws[i].at, Apart: apart}
+				closest = &Double{Run: k.run, Object: k.name, First: ws[i-1].user, Second: ws[i].user, At: ws[i].at, Apart: apart}
 			}
 		}
 		if moved {

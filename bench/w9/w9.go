@@ -148,14 +148,27 @@ func Measure(ctx context.Context, c *harness.Cluster, cfg Config) (*Result, erro
 	return &Result{Rows: b.rows(doubles, stats), Notes: b.notes(doubles, stats), Doubles: doubles, Writes: stats}, nil
 }
 
+// replicaRun names the run of a replica's user ("w9-round1-4x-r2" is of
+// run round1-4x); users not of userPrefix are no replica's.
+func replicaRun(user string) (string, bool) {
+	name, ok := strings.CutPrefix(user, userPrefix)
+	if !ok {
+		return "", false
+	}
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		return name[:i], true
+	}
+	return name, true
+}
+
 // CountDoubles reads the audit log and counts the ConfigMaps written by
-// two replicas (users of userPrefix) within one second.
+// two replicas (users of userPrefix) of one run within one second.
 func CountDoubles(auditLog string) ([]Double, WriteStats, error) {
 	events, err := testenv.ReadAudit(auditLog)
 	if err != nil {
 		return nil, WriteStats{}, fmt.Errorf("reading the audit log: %w", err)
 	}
-	doubles, stats := DoubleWrites(events, func(user string) bool { return strings.HasPrefix(user, userPrefix) }, doubleWindow)
+	doubles, stats := DoubleWrites(events, replicaRun, doubleWindow)
 	return doubles, stats, nil
 }
 

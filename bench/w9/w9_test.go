@@ -37,39 +37,42 @@ func TestDoubleWrites(t *testing.T) {
 	ms := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Millisecond) }
 	events := []testenv.AuditEvent{
 		// Two replicas 500 ms apart, and once more 300 ms: one double.
-		auditEvent("w9-a", "patch", "configmaps", "ns", "twice", 200, ms(0)),
-		auditEvent("w9-b", "patch", "configmaps", "ns", "twice", 200, ms(500)),
-		auditEvent("w9-a", "patch", "configmaps", "ns", "twice", 200, ms(800)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "twice", 200, ms(0)),
+		auditEvent("w9-run1-b", "patch", "configmaps", "ns", "twice", 200, ms(500)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "twice", 200, ms(800)),
 		// A move 1.5 s after the last write: no double.
-		auditEvent("w9-a", "patch", "configmaps", "ns", "moved", 201, ms(0)),
-		auditEvent("w9-b", "patch", "configmaps", "ns", "moved", 200, ms(1500)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "moved", 201, ms(0)),
+		auditEvent("w9-run1-b", "patch", "configmaps", "ns", "moved", 200, ms(1500)),
 		// The later of one replica's two writes is within the window of
 		// the other's (listed out of order).
-		auditEvent("w9-b", "update", "configmaps", "ns", "late", 200, ms(1200)),
-		auditEvent("w9-a", "create", "configmaps", "ns", "late", 201, ms(0)),
-		auditEvent("w9-a", "patch", "configmaps", "ns", "late", 200, ms(900)),
+		auditEvent("w9-run1-b", "update", "configmaps", "ns", "late", 200, ms(1200)),
+		auditEvent("w9-run1-a", "create", "configmaps", "ns", "late", 201, ms(0)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "late", 200, ms(900)),
 		// One replica twice, a stranger, a refused write, a status and
 		// a Secret: none.
-		auditEvent("w9-a", "patch", "configmaps", "ns", "own", 200, ms(0)),
-		auditEvent("w9-a", "patch", "configmaps", "ns", "own", 200, ms(10)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "own", 200, ms(0)),
+		auditEvent("w9-run1-a", "patch", "configmaps", "ns", "own", 200, ms(10)),
 		auditEvent("admin", "patch", "configmaps", "ns", "own", 200, ms(20)),
-		auditEvent("w9-b", "patch", "configmaps", "ns", "own", 409, ms(30)),
-		auditEvent("w9-b", "get", "configmaps", "ns", "own", 200, ms(40)),
-		auditEvent("w9-b", "patch", "secrets", "ns", "own", 200, ms(50)),
+		auditEvent("w9-run1-b", "patch", "configmaps", "ns", "own", 409, ms(30)),
+		auditEvent("w9-run1-b", "get", "configmaps", "ns", "own", 200, ms(40)),
+		auditEvent("w9-run1-b", "patch", "secrets", "ns", "own", 200, ms(50)),
 		// The same name in another namespace is another object.
-		auditEvent("w9-b", "patch", "configmaps", "other", "own", 200, ms(60)),
+		auditEvent("w9-run1-b", "patch", "configmaps", "other", "own", 200, ms(60)),
+		// A replica of another run writes one of this run's 100 ms
+		// after: another object, deleted and made again.
+		auditEvent("w9-run2-a", "patch", "configmaps", "ns", "own", 200, ms(110)),
 	}
-	doubles, st := DoubleWrites(events, func(u string) bool { return strings.HasPrefix(u, "w9-") }, time.Second)
+	doubles, st := DoubleWrites(events, replicaRun, time.Second)
 	if len(doubles) != 2 {
 		t.Fatalf("doubles %+v, want ns/late and ns/twice", doubles)
 	}
-	if d := doubles[0]; d.Object != "ns/late" || d.First != "w9-a" || d.Second != "w9-b" || d.Apart != 300*time.Millisecond {
+	if d := doubles[0]; d.Run != "run1" || d.Object != "ns/late" || d.First != "w9-run1-a" || d.Second != "w9-run1-b" || d.Apart != 300*time.Millisecond {
 		t.Errorf("first double %+v, want ns/late by w9-a then w9-b 300ms apart", d)
 	}
 	if d := doubles[1]; d.Object != "ns/twice" || d.Apart != 300*time.Millisecond {
 		t.Errorf("second double %+v, want ns/twice at its closest, 300ms", d)
 	}
-	want := WriteStats{Writes: 11, Objects: 5, Moved: 3, Closest: 300 * time.Millisecond, Users: 2}
+	want := WriteStats{Writes: 12, Objects: 6, Moved: 3, Closest: 300 * time.Millisecond, Users: 3}
 	if st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -138,7 +141,7 @@ func TestSmall(t *testing.T) {
 	// Two writers of one ConfigMap within a second are counted, from the
 	// same audit log.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespaces()[0], Name: "intruded"}, Data: map[string]string{"v": "a"}}
-	for i, user := range []string{userPrefix + "intruder-a", userPrefix + "intruder-b"} {
+	for i, user := range []string{userPrefix + "intruders-a", userPrefix + "intruders-b"} {
 		kc, err := c.UserKubeconfig(user)
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +171,7 @@ func TestSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(doubles) != 1 || doubles[0].Object != namespaces()[0]+"/intruded" || doubles[0].First != userPrefix+"intruder-a" {
+	if len(doubles) != 1 || doubles[0].Object != namespaces()[0]+"/intruded" || doubles[0].First != userPrefix+"intruders-a" {
 		t.Errorf("after two writers of one ConfigMap: doubles %+v, want that ConfigMap", doubles)
 	}
 }
