@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -119,14 +120,7 @@ func TestOperatorShards(t *testing.T) {
 		return nil
 	})
 	for _, name := range names {
-		ms := &v1alpha1.ManifestSync{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
-			t.Fatal(err)
-		}
-		ms.Spec.Params = shardSync(ns, name, "two", nil).Spec.Params
-		if err := env.Client.Update(ctx, ms); err != nil {
-			t.Fatal(err)
-		}
+		setShardSync(t, env, ns, name, "two")
 	}
 	for _, name := range names {
 		configMapHas(t, env, ns, name, "two", 2*time.Minute)
@@ -277,14 +271,7 @@ func TestOperatorShardsKill(t *testing.T) {
 	}
 	expiry := l.Spec.RenewTime.Add(15 * time.Second)
 	for _, name := range names {
-		ms := &v1alpha1.ManifestSync{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
-			t.Fatal(err)
-		}
-		ms.Spec.Params = shardSync(ns, name, "two", nil).Spec.Params
-		if err := env.Client.Update(ctx, ms); err != nil {
-			t.Fatal(err)
-		}
+		setShardSync(t, env, ns, name, "two")
 	}
 	time.Sleep(time.Until(expiry.Add(-time.Second)))
 	var list v1alpha1.ManifestSyncList
@@ -304,4 +291,22 @@ func TestOperatorShardsKill(t *testing.T) {
 	}
 	a.stop(t)
 	noTwoWriters(t, audit, ns, n, false)
+}
+
+// setShardSync sets the value of shardSync's ConfigMap to v. The replicas
+// write its status and the sharder its labels meanwhile: it reads again on
+// a conflict.
+func setShardSync(t *testing.T, env *testenv.Env, ns, name, v string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ms := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
+			return err
+		}
+		ms.Spec.Params = shardSync(ns, name, v, nil).Spec.Params
+		return env.Client.Update(context.Background(), ms)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
