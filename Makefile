@@ -56,10 +56,10 @@ ci-cold: ## Run .ci/run (make verify, make test) as on a fresh machine: empty Go
 	CI_COLD=1 .ci/run
 
 .PHONY: soak
-soak: ## Run the fault suite for 15 minutes (SOAK_DURATION=15m; SOAK_SEED=N replays a run); its table goes to bin/soak-report.md.
+soak: ## Run the fault suite for 15 minutes, then the sharded one for 15 (SOAK_DURATION=15m; SOAK_SEED=N replays a run); their tables go to bin/soak-report.md and bin/soak-report-shards.md.
 	hack/test-deps.sh
 	SOAK_DURATION=$${SOAK_DURATION:-15m} SOAK_REPORT=$(BIN)/soak-report.md KUBEBUILDER_ASSETS=$$(hack/envtest.sh) \
-		$(GO) test -count=1 -timeout 45m -run '^TestSoak$$' -v ./operator/soak
+		$(GO) test -count=1 -timeout 60m -run '^TestSoak(Shards)?$$' -v ./operator/soak
 
 .PHONY: test-short
 test-short: ## Run the fast unit tests only.

@@ -29,5 +29,23 @@
 // runs shorter than 5 minutes) and SOAK_REPORT names a file the table is
 // written to.
 //
+// TestSoakShards (shards_test.go) is the sharded fault soak of issue 29:
+// three replicas of `engine operator --shards auto`, each its own user of
+// a control plane of the test's own with an audit log, sync the fleet
+// (without its remote targets) while its sources change and replicas are
+// killed (kill -9, restarted with their ID or a new one), paused
+// (SIGSTOP past the Lease, then SIGCONT) and stopped (SIGTERM) and
+// restarted. TestSoak's invariants hold, and from the audit log: every
+// write is made by the replica its ManifestSync is labelled to at that
+// moment, none past the writer's fence (a paused replica writes nothing,
+// its Lease included, until its restarted process renews it), no
+// ManifestSync moves but after its owner let go of it (by the sharder's
+// handover gap) or past the owner's fence, no object is written by two
+// replicas within a second; at the end every ManifestSync is owned by a
+// live replica, Ready, at its last revision. Without SOAK_DURATION its
+// faults run 40 s (one kill -9, one pause, one SIGTERM); `make soak`
+// runs it after TestSoak, for as long, and writes its table beside
+// TestSoak's (soak-report-shards.md).
+//
 // It has no code besides its tests, and nothing may import it.
 package soak

@@ -39,9 +39,12 @@ const (
 )
 
 // outage reports whether the fault takes a peer away for a while.
-func (k faultKind) outage() bool { return k <= faultBlackholeGit }
+func (k faultKind) outage() bool { return k <= faultBlackholeGit || k.replica() }
 
 func (k faultKind) String() string {
+	if k.replica() {
+		return shardFaultNames[k-faultReplicaKill]
+	}
 	return [...]string{
 		"kill -9 of the operator (restarted after 0.5-3 s)",
 		"API server stopped (SIGTERM), down 20 s (20-60 s in long runs)",
@@ -72,6 +75,7 @@ type fault struct {
 	kind    faultKind
 	at, dur time.Duration // offset in its phase, and length of an outage
 	seed    uint64        // the fault's own choices (what to edit, new values)
+	slot    int           // the replica a replica fault hits (shards_test.go)
 	final   bool          // runs once all the others have ended
 
 	start, end time.Time
@@ -314,6 +318,8 @@ func (r *run) execute(ctx context.Context, f *fault) {
 		err = r.churnNamespace(ctx, f, rng)
 	case faultPoison:
 		err = r.poison(ctx, f, rng)
+	case faultReplicaKill, faultReplicaKillNew, faultReplicaPause, faultReplicaTerm:
+		err = r.replicaFault(f)
 	}
 	if err != nil {
 		f.err = err

@@ -108,6 +108,7 @@ type msync struct {
 	files   map[string]string // a git sync's ConfigMaps: name -> value
 	poison  string            // an object sync's bad port while poisoned
 	changes int               // source changes made, for the write budget
+	moves   int               // moves to another replica (shards_test.go), for the write budget
 }
 
 func (s *msync) owner() string { return s.ns + "." + s.name }

@@ -71,13 +71,22 @@ func (s *stuckSync) String() string {
 // server sees it, that the user may list ConfigMaps and may not list
 // Pods.
 func (r *run) restrictOperator(ctx context.Context, admin []byte) ([]byte, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
+	if err := r.operatorRBAC(ctx); err != nil {
 		return nil, err
+	}
+	return impersonate(admin)
+}
+
+// operatorRBAC makes the ClusterRole of every resource but Pods, bound
+// to operatorUser, and waits until the API server's authorizer knows it.
+func (r *run) operatorRBAC(ctx context.Context) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(r.localEnv().Config)
+	if err != nil {
+		return err
 	}
 	groups, err := dc.ServerGroups()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var named []string
 	for _, g := range groups.Groups {
@@ -87,7 +96,7 @@ func (r *run) restrictOperator(ctx context.Context, admin []byte) ([]byte, error
 	}
 	core, err := dc.ServerResourcesForGroupVersion("v1")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var coreResources []string
 	for _, res := range core.APIResources {
@@ -110,7 +119,7 @@ func (r *run) restrictOperator(ctx context.Context, admin []byte) ([]byte, error
 	}
 	for _, obj := range []client.Object{role, binding} {
 		if err := r.client.Create(ctx, obj); err != nil {
-			return nil, fmt.Errorf("creating the operator's RBAC: %w", err)
+			return fmt.Errorf("creating the operator's RBAC: %w", err)
 		}
 	}
 	// The API server's authorizer learns of the binding from its own
@@ -123,17 +132,24 @@ func (r *run) restrictOperator(ctx context.Context, admin []byte) ([]byte, error
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: resource},
 			}}
 			if err := r.client.Create(ctx, sar); err != nil {
-				return nil, err
+				return err
 			}
 			if sar.Status.Allowed == want {
 				break
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("the soak's operator may list %s: %v, want %v (%s), 10 s after its RBAC was made", resource, sar.Status.Allowed, want, sar.Status.Reason)
+				return fmt.Errorf("the soak's operator may list %s: %v, want %v (%s), 10 s after its RBAC was made", resource, sar.Status.Allowed, want, sar.Status.Reason)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return nil
+}
+
+// impersonate turns a kubeconfig of the test's own credentials into one
+// that acts as operatorUser: the API server's audit log still names the
+// credentials' user, so that each replica of a sharded run is told apart.
+func impersonate(admin []byte) ([]byte, error) {
 	cfg, err := clientcmd.Load(admin)
 	if err != nil {
 		return nil, err

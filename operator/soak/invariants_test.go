@@ -39,6 +39,9 @@ const (
 )
 
 func (i invariant) String() string {
+	if i >= numInvariants {
+		return shardInvNames[i-numInvariants]
+	}
 	return [...]string{
 		"no managed object lost or duplicated",
 		"no foreign object modified",
@@ -80,10 +83,10 @@ type monitor struct {
 	mu         sync.Mutex
 	violations []violation
 	seen       map[string]bool // violations reported already
-	checks     [numInvariants]int
+	checks     map[invariant]int
 	writes     map[objKey][]time.Time // every write of a managed object
 	foreign    map[objKey]string      // resourceVersion of each foreign object
-	logOffset  int64
+	logOffset  map[string]int64       // of each operator log, read so far
 	logLines   int
 	events     int
 	statuses   int
@@ -92,7 +95,7 @@ type monitor struct {
 }
 
 func newMonitor(r *run) *monitor {
-	return &monitor{r: r, seen: map[string]bool{}, writes: map[objKey][]time.Time{}, foreign: map[objKey]string{}}
+	return &monitor{r: r, seen: map[string]bool{}, writes: map[objKey][]time.Time{}, foreign: map[objKey]string{}, logOffset: map[string]int64{}, checks: map[invariant]int{}}
 }
 
 // violate records a broken invariant once per what and detail.
@@ -330,15 +333,24 @@ func (m *monitor) scanEvent(e *eventsv1.Event) {
 	m.scan(time.Now(), fmt.Sprintf("event %s/%s (%s %s about %s %s)", e.Namespace, e.Name, e.Type, e.Reason, e.Regarding.Kind, e.Regarding.Name), string(raw))
 }
 
-// scanLog scans the lines the operator logged since the last call.
+// scanLog scans the lines the operators logged since the last call.
 func (m *monitor) scanLog() error {
-	f, err := os.Open(m.r.op.logPath)
+	for _, path := range m.r.logPaths() {
+		if err := m.scanLogFile(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *monitor) scanLogFile(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	m.mu.Lock()
-	off := m.logOffset
+	off := m.logOffset[path]
 	m.mu.Unlock()
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return err
@@ -350,7 +362,7 @@ func (m *monitor) scanLog() error {
 	end := strings.LastIndexByte(string(raw), '\n') + 1
 	lines := strings.Split(string(raw[:end]), "\n")
 	m.mu.Lock()
-	m.logOffset += int64(end)
+	m.logOffset[path] += int64(end)
 	first := m.logLines
 	m.logLines += len(lines) - 1
 	m.checks[invSecrets] += len(lines) - 1
@@ -378,9 +390,10 @@ func (m *monitor) scanStatuses(ctx context.Context) error {
 	return nil
 }
 
-// scanAllEvents lists every event of both clusters and scans it.
+// scanAllEvents lists every event of the clusters and scans it.
 func (m *monitor) scanAllEvents(ctx context.Context) error {
-	for _, c := range []client.Client{m.r.client, m.r.remoteClient} {
+	for _, cluster := range m.r.clusters() {
+		c := m.r.clientOf(cluster)
 		var list eventsv1.EventList
 		if err := c.List(ctx, &list); err != nil {
 			return err
@@ -414,7 +427,8 @@ func (m *monitor) follow(ctx context.Context) {
 // checkWrites compares each managed object's writes with its budget: its
 // creation, one per change of its ManifestSync's sources, two per hand
 // edit (the edit and the correction), one per hand deletion (the
-// re-creation), and writeSlack.
+// re-creation), one per move of its ManifestSync to another replica
+// (which labels it its own; shards_test.go), and writeSlack.
 func (m *monitor) checkWrites() {
 	f := m.r.f
 	f.mu.Lock()
@@ -429,11 +443,11 @@ func (m *monitor) checkWrites() {
 		if s == nil {
 			continue
 		}
-		budget := 1 + s.changes + 2*f.edits[k] + f.deletes[k] + writeSlack
+		budget := 1 + s.changes + 2*f.edits[k] + f.deletes[k] + s.moves + writeSlack
 		m.checks[invWriteWar]++
 		if len(w) > budget {
-			overs = append(overs, over{k, fmt.Sprintf("written %d times; its budget is %d (1 creation + %d source changes of %s + 2×%d hand edits + %d hand deletions + %d)",
-				len(w), budget, s.changes, s, f.edits[k], f.deletes[k], writeSlack)})
+			overs = append(overs, over{k, fmt.Sprintf("written %d times; its budget is %d (1 creation + %d source changes of %s + 2×%d hand edits + %d hand deletions + %d moves + %d)",
+				len(w), budget, s.changes, s, f.edits[k], f.deletes[k], s.moves, writeSlack)})
 		}
 	}
 	m.mu.Unlock()
@@ -457,7 +471,7 @@ func (m *monitor) observe(ctx context.Context) (map[*msync][]problem, error) {
 		data  map[string]string
 	}
 	live := map[objKey]liveObj{}
-	for _, cluster := range []string{local, remote} {
+	for _, cluster := range m.r.clusters() {
 		c := m.r.clientOf(cluster)
 		var cms corev1.ConfigMapList
 		if err := c.List(ctx, &cms, client.HasLabels{controller.OwnerLabel}); err != nil {

@@ -32,8 +32,9 @@ type operatorProc struct {
 	killed    bool // the test stopped or killed the running process
 	stopped   bool // for good
 	starts    int
-	selfExits []string // how it exited by itself
-	crashes   int      // exits of its own in a row
+	startedAt []time.Time // when each start was made
+	selfExits []string    // how it exited by itself
+	crashes   int         // exits of its own in a row
 }
 
 func (o *operatorProc) start() error {
@@ -54,6 +55,7 @@ func (o *operatorProc) startLocked() error {
 		return err
 	}
 	o.starts++
+	o.startedAt = append(o.startedAt, time.Now())
 	cmd := exec.Command(o.bin, append([]string{"operator", "--kubeconfig", o.kubeconfig,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, o.args...)...)
 	cmd.Env = o.env
@@ -257,4 +259,46 @@ func (g *gitServer) commit(files map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// signal sends sig to the operator's process group (it and its
+// evaluation workers, as a frozen or resumed pod would be).
+func (o *operatorProc) signal(sig syscall.Signal) error {
+	o.mu.Lock()
+	cmd := o.cmd
+	o.mu.Unlock()
+	if cmd == nil {
+		return errors.New("no operator runs")
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// term stops the operator with SIGTERM, as a kubelet does before a
+// restart, waits until it has exited (SIGKILL after 20 s), and leaves it
+// stopped until start.
+func (o *operatorProc) term() error {
+	o.mu.Lock()
+	cmd, exited := o.cmd, o.exited
+	o.killed, o.crashes = true, 0
+	o.mu.Unlock()
+	if cmd == nil {
+		return errors.New("no operator runs")
+	}
+	err := cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(20 * time.Second):
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	return errors.Join(err, errors.New("still running 20 s after SIGTERM: killed"))
+}
+
+// isRunning reports whether the process last started runs (a paused one
+// does).
+func (o *operatorProc) isRunning() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.running()
 }

@@ -88,6 +88,11 @@ type run struct {
 	start        time.Time
 	phases       int
 	localDown    atomic.Bool
+	// local is the run's own control plane, replicas its sharded
+	// operators (shards_test.go); nil and empty in TestSoak.
+	local    *testenv.Env
+	replicas []*replica
+	shards   *shardState
 	// stuck are the ManifestSyncs that can never sync (hostile_test.go).
 	stuck []*stuckSync
 	// webhookURL is the operator's receiver; hookTokens the webhook
@@ -100,6 +105,36 @@ type run struct {
 
 	mu        sync.Mutex
 	floodPeak int64 // the operator's highest peak RSS after a webhook flood
+}
+
+// clusters are the clusters the fleet writes to: this one, and the
+// remote one unless the run has none (shards_test.go).
+func (r *run) clusters() []string {
+	if r.remoteClient == nil {
+		return []string{local}
+	}
+	return []string{local, remote}
+}
+
+// logPaths are the log files of the run's operators.
+func (r *run) logPaths() []string {
+	if len(r.replicas) > 0 {
+		var out []string
+		for _, p := range r.replicas {
+			out = append(out, p.logPaths()...)
+		}
+		return out
+	}
+	return []string{r.op.logPath}
+}
+
+// localEnv is the control plane of this cluster: the package's, or the
+// run's own (shards_test.go).
+func (r *run) localEnv() *testenv.Env {
+	if r.local != nil {
+		return r.local
+	}
+	return env
 }
 
 func (r *run) clientOf(cluster string) client.Client {
@@ -349,8 +384,10 @@ func (r *run) foreignObjects(ctx context.Context, rng *rand.Rand) error {
 	for i := range selectables {
 		places = append(places, place{local, selectNS(i)})
 	}
-	for i := range remoteNSs {
-		places = append(places, place{remote, remoteNS(i)})
+	if r.remoteClient != nil {
+		for i := range remoteNSs {
+			places = append(places, place{remote, remoteNS(i)})
+		}
 	}
 	for _, p := range places {
 		for _, obj := range []client.Object{
@@ -378,7 +415,7 @@ func (r *run) foreignObjects(ctx context.Context, rng *rand.Rand) error {
 			objs = []client.Object{secret(foreignNS, s.sourceName())}
 		}
 		clusters := []string{local}
-		if slices.ContainsFunc(s.targets, func(t target) bool { return t.cluster == remote }) {
+		if r.remoteClient != nil && slices.ContainsFunc(s.targets, func(t target) bool { return t.cluster == remote }) {
 			clusters = append(clusters, remote)
 		}
 		for _, cluster := range clusters {
