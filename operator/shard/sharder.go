@@ -430,7 +430,7 @@ func (s *Sharder) assign(ctx context.Context, o *metav1.PartialObjectMetadata, t
 	if err := s.Client.Patch(ctx, msMetaOf(o), client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("assigning ManifestSync %s/%s: %w", o.Namespace, o.Name, err)
 	}
-	movesTotal.WithLabelValues("assigned").Inc()
+	movesTotal.WithLabelValues(moveAssigned).Inc()
 	return nil
 }
 
@@ -447,7 +447,7 @@ func (s *Sharder) take(ctx context.Context, o *metav1.PartialObjectMetadata, fro
 	if err := s.jsonPatch(ctx, o, ops, "reassigning"); err != nil {
 		return err
 	}
-	movesTotal.WithLabelValues("expired").Inc()
+	movesTotal.WithLabelValues(moveExpired).Inc()
 	s.Log.Info("reassigned from an expired replica", "manifestSync", client.ObjectKeyFromObject(o), "from", from, "to", to)
 	return nil
 }
