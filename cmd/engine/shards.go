@@ -132,6 +132,8 @@ func (s *sharding) setup(mgr manager.Manager, cfg *rest.Config, scheme *runtime.
 		ShutdownGrace: f.reconcilerOpts.ShutdownGrace}
 	f.reconcilerOpts.ShutdownGrace = time.Nanosecond // the replica's fence holds the grace
 	f.reconcilerOpts.ShardID = s.id                  // its objects carry its shard label; it caches only those
+	// No write to a remote cluster once fenced either.
+	f.reconcilerOpts.RemoteTransport = s.member.Guard
 	if err := mgr.Add(s.replica); err != nil {
 		return nil, err
 	}

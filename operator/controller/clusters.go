@@ -27,6 +27,7 @@ import (
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
 	ssa "github.com/manifestsync/manifestsync/operator/applier"
+	"github.com/manifestsync/manifestsync/operator/shard"
 )
 
 // inCluster is the cluster of the targets without spec.targets[].cluster,
@@ -163,8 +164,10 @@ func (noCache) List(context.Context, client.ObjectList, ...client.ListOption) er
 }
 
 // clusterFailure says why a request's error means the whole cluster
-// cannot be used: it does not answer ("unreachable") or refuses our
-// credentials ("unauthorized"); "" for errors of one object.
+// cannot be used: it does not answer ("unreachable"), refuses our
+// credentials ("unauthorized"), or this replica of --shards auto may
+// write nowhere ("fenced": its Lease's guard refused the write); "" for
+// errors of one object.
 func clusterFailure(err error) string {
 	var status apierrors.APIStatus
 	switch {
@@ -172,6 +175,8 @@ func clusterFailure(err error) string {
 		return ""
 	case apierrors.IsUnauthorized(err):
 		return "unauthorized"
+	case errors.Is(err, shard.ErrFenced):
+		return "fenced" // this replica's Lease was not renewed: it writes nowhere
 	case errors.As(err, &status):
 		return ""
 	}
@@ -216,6 +221,9 @@ type remotes struct {
 	// sources): those a cluster found back wakes.
 	users     func(kubeConfigRef) []reconcile.Request
 	idleCheck time.Duration
+	// guard wraps every remote client's transport, outermost
+	// (Options.RemoteTransport); nil wraps none.
+	guard func(http.RoundTripper) http.RoundTripper
 
 	mu      sync.Mutex
 	clients map[kubeConfigRef]*remoteClient
@@ -383,6 +391,9 @@ func (rs *remotes) build(ref kubeConfigRef, kubeconfig []byte) (*remoteClient, e
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return &remoteTransport{next: rt, reach: reach, timeout: rs.timeout}
 	})
+	if rs.guard != nil {
+		cfg.Wrap(rs.guard) // its refusals never reach the reachability probe
+	}
 	rc, err := rs.clientFor(cfg)
 	if err != nil {
 		cancel()
@@ -425,6 +436,7 @@ func (r *Reconciler) setupClusters(ctx context.Context, mgr ctrl.Manager) error 
 		allowExec: r.Options.AllowKubeconfigExec,
 		qps:       mgr.GetConfig().QPS,
 		burst:     mgr.GetConfig().Burst,
+		guard:     r.Options.RemoteTransport,
 		clients:   map[kubeConfigRef]*remoteClient{},
 		watch: func(namespace string) (client.Reader, error) {
 			return r.watches.kubeConfigs(namespace, r.forKubeConfig)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -112,6 +113,12 @@ type Options struct {
 	// ManifestSync moved here) is read from the API server until this
 	// replica applies it, which its first sync does (shard.go).
 	ShardID string
+	// RemoteTransport, when set, wraps the transport of every client of
+	// a remote cluster (targets[].cluster, sources[].cluster), outermost,
+	// as rest.Config.Wrap does: a replica of --shards auto gives its
+	// Member's Guard, so that once its fence has fallen no write leaves
+	// for any cluster, not only its own.
+	RemoteTransport func(http.RoundTripper) http.RoundTripper
 	// InventoryGzipThreshold is the size of status.inventory's JSON above
 	// which the inventory is written gzipped (status.inventoryGzip), so
 	// that the status of a large fan-out fits in the API server's request

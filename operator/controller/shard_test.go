@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ import (
 // reconciler has ShardID id. The sharder, Leases and drain are
 // operator/shard's (tested there): here a ManifestSync moves by its
 // label being set, as the sharder sets it.
-func shardedOperator(t *testing.T, id string) *Reconciler {
+func shardedOperator(t *testing.T, id string, opts ...func(*Options)) *Reconciler {
 	t.Helper()
 	skip := true
 	probe, err := NewAPIServerProbe(remoteEnv.Config)
@@ -53,6 +54,9 @@ func shardedOperator(t *testing.T, id string) *Reconciler {
 		ShardID: id, TrustedNamespaces: []string{"*"}, Evaluator: evaluators, APIServer: probe,
 		RetryMin: 100 * time.Millisecond, RetryMax: 2 * time.Second,
 	}}
+	for _, o := range opts {
+		o(&r.Options)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
@@ -318,5 +322,49 @@ func TestUnshardedWritesNoShardLabel(t *testing.T) {
 	}
 	if now := mustConfigMap(t, ns, "u0"); now.ResourceVersion != cm.ResourceVersion {
 		t.Error("the resync wrote ConfigMap u0")
+	}
+}
+
+// A fenced replica writes to no remote cluster either: the transport of
+// its remote clients passes through its Member's guard
+// (Options.RemoteTransport), which refuses every write of a Member whose
+// Lease was never renewed, as it refuses those of a Member past its
+// fence. The ManifestSync's remote target fails, saying so, and nothing
+// reaches the remote cluster (the first API server here); reads pass.
+func TestFencedReplicaWritesNoRemoteCluster(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	fenced := &shard.Member{ID: "g"} // never run: no renewal, no write
+	shardedOperator(t, "g", func(o *Options) { o.RemoteTransport = fenced.Guard })
+	ns := remoteEnv.Namespace(t, nil)
+	far := env.Namespace(t, nil)
+	kc, err := env.Kubeconfig("admin-" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "far"}, Data: map[string][]byte{"value": kc}}
+	if err := remoteEnv.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(ns, "far", v1alpha1.ManifestSyncSpec{
+		Transform: inline(namesScript),
+		Params:    params(`{"names": ["r0"]}`),
+		Targets: []v1alpha1.Target{{Name: "far", Namespace: far,
+			Cluster: &v1alpha1.ClusterRef{KubeConfigSecretRef: v1alpha1.SecretKeyReference{Name: "far"}}}},
+		Interval: &metav1.Duration{Duration: time.Hour},
+	})
+	ms.Labels = map[string]string{shard.OwnerLabel: "g"}
+	remoteEnv.CreateSync(t, ms, timeout)
+	got := remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(ms), v1alpha1.ReasonApplyFailed, timeout)
+	msg := condition(got, v1alpha1.ConditionReady).Message
+	for _, row := range got.Status.Targets {
+		msg += " | " + row.Message
+	}
+	t.Logf("status: %s", msg)
+	if !strings.Contains(msg, "fenced") {
+		t.Errorf("status says %q, want the target fenced", msg)
+	}
+	if err := env.Client.Get(ctx, keyOf(far, "r0"), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ConfigMap r0 in the remote cluster: %v, want none", err)
 	}
 }
