@@ -239,6 +239,23 @@ func TestShardedReplicas(t *testing.T) {
 		t.Errorf("%d DriftDetected events, want none", n)
 	}
 
+	// A hook carries the label too, so that a's cache holds it and its
+	// changes wake its run.
+	hooked := newSync(ns, "hooked", v1alpha1.ManifestSyncSpec{
+		Transform: objectsOf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\n",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: pre\n  annotations: {argocd.argoproj.io/hook: PreSync}\n"),
+		Targets:  targets(ns),
+		Interval: &metav1.Duration{Duration: time.Hour},
+	})
+	hooked.Labels = map[string]string{shard.OwnerLabel: "a"}
+	remoteEnv.CreateSync(t, hooked, timeout)
+	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(hooked), v1alpha1.ReasonSynced, timeout)
+	pre := &corev1.ConfigMap{}
+	if err := c.Get(ctx, keyOf(ns, "pre"), pre); err != nil || pre.Labels[HookLabel] == "" || pre.Labels[ShardLabel] != "a" {
+		t.Errorf("hook: labels %v, %v; want a hook of shard a", pre.Labels, err)
+	}
+	eventually(t, timeout, func() error { return cachedConfigMap(ra, ns, "pre") })
+
 	// Deleted while its objects carry a's label, then moved to b: b
 	// orphans them.
 	leaves := newSync(ns, "leaves", v1alpha1.ManifestSyncSpec{
