@@ -261,7 +261,12 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 			}
 			if h.first && !leases[owner] {
 				// Its owner's Lease went before this sharder led,
-				// perhaps a moment before: a stop, not an expiry.
+				// perhaps a moment before: a stop, not an expiry. Held
+				// from the sharder's start, at this pass and the next
+				// ones (noteLeft forgets it after the gap).
+				if _, ok := h.left[owner]; !ok {
+					h.left[owner] = h.start
+				}
 				return h.start.Add(gap)
 			}
 			return time.Time{} // expired: its owner fenced itself long before

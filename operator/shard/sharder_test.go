@@ -675,6 +675,50 @@ func TestSharderHandoverGap(t *testing.T) {
 	if d := late[0].sent.Sub(created); d >= gap {
 		t.Errorf("a new ManifestSync was assigned %s after its creation, want at once (< %s)", d, gap)
 	}
+
+	// A sharder newly elected (this one stopped, another started) finds
+	// ManifestSyncs of a replica whose Lease is gone, perhaps deleted a
+	// moment before it led: it takes them no earlier than the gap after
+	// its start, however many events wake it meanwhile.
+	cancel()
+	sdone <- <-sdone // stopped; left for the cleanup's receive
+	gone := []string{ns + "/app-0", ns + "/app-1", ns + "/app-2"}
+	for _, key := range gone {
+		_, name, _ := strings.Cut(key, "/")
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"gone"}}}`, OwnerLabel)
+		if err := env.Client.Patch(ctx, &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+			client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := NewSharder(env.Config, env.Scheme, env.Client, ns, labels.SelectorFromSet(labels.Set{"test": ns}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2Log := &patchLog{}
+	s2.Client = &recordingClient{Client: env.Client, log: s2Log}
+	s2ctx, cancel2 := context.WithCancel(ctx)
+	s2done := make(chan error, 1)
+	started := time.Now()
+	go func() { s2done <- s2.Start(s2ctx) }()
+	t.Cleanup(func() { cancel2(); <-s2done })
+	// Events that wake it: creations within the gap.
+	for i := range 5 {
+		create(fmt.Sprintf("wake-%d", i))
+		time.Sleep(200 * time.Millisecond)
+	}
+	converge(t, ns, total+6, "r0")
+	s2takes := s2Log.ok("take")
+	for _, key := range gone {
+		tk := s2takes[key]
+		if len(tk) == 0 {
+			t.Errorf("%s: never taken from replica gone", key)
+			continue
+		}
+		if d := tk[0].sent.Sub(started); d < gap {
+			t.Errorf("%s: taken from a replica gone %s after the new sharder started, want ≥ %s", key, d, gap)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, d := range f.doubles {
