@@ -53,6 +53,7 @@ type Member struct {
 	mu       sync.Mutex
 	deadline time.Time     // when the fence falls; zero before the first renewal
 	fenced   chan struct{} // closed when it has fallen
+	first    chan struct{} // closed at the first renewal
 	timer    *time.Timer
 	once     sync.Once
 	// Until the Lease is acquired: the renewTime last seen on a Lease
@@ -115,6 +116,7 @@ func (m *Member) init() {
 			m.RetryPeriod = DefaultRetryPeriod
 		}
 		m.fenced = make(chan struct{})
+		m.first = make(chan struct{})
 	})
 }
 
@@ -123,6 +125,13 @@ func (m *Member) init() {
 func (m *Member) Fenced() <-chan struct{} {
 	m.init()
 	return m.fenced
+}
+
+// Acquired is closed at the Member's first successful renewal: from then
+// on the replica may write, until its fence falls.
+func (m *Member) Acquired() <-chan struct{} {
+	m.init()
+	return m.first
 }
 
 // Deadline is when the fence falls unless the Lease is renewed before;
@@ -191,10 +200,23 @@ func (m *Member) Run(ctx context.Context) error {
 	}
 }
 
-// renew writes the Lease's renewTime; a success moves the fence.
+// renew writes the Lease's renewTime; a success moves the fence. Once the
+// fence's deadline has passed it writes nothing: a process resumed after
+// a pause (SIGSTOP) past its deadline must not make its Lease look live
+// again (the sharder would give ManifestSyncs to a replica that then
+// exits); the fence falls instead.
 func (m *Member) renew(ctx context.Context) {
 	sent := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, m.RetryPeriod)
+	deadline := m.Deadline()
+	if !deadline.IsZero() && !sent.Before(deadline) {
+		m.fall()
+		return
+	}
+	end := sent.Add(m.RetryPeriod)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline // a renewal that has not landed by then is too late
+	}
+	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	if err := m.write(rctx, sent); err != nil {
 		if ctx.Err() == nil {
@@ -211,6 +233,7 @@ func (m *Member) renew(ctx context.Context) {
 	}
 	m.deadline = sent.Add(m.RenewDeadline)
 	if m.timer == nil {
+		close(m.first)
 		m.timer = time.AfterFunc(time.Until(m.deadline), m.fall)
 	} else {
 		m.timer.Reset(time.Until(m.deadline))
@@ -252,6 +275,9 @@ func (m *Member) write(ctx context.Context, now time.Time) error {
 				HolderIdentity: &m.ID, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t,
 			},
 		}
+		if err := m.late(); err != nil {
+			return err
+		}
 		if err := m.Client.Create(ctx, &l); err != nil {
 			return fmt.Errorf("lease %s: %w", key, err)
 		}
@@ -288,10 +314,22 @@ func (m *Member) write(ctx context.Context, now time.Time) error {
 		l.Spec.AcquireTime = &t
 	}
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &m.ID, &secs, &t
+	if err := m.late(); err != nil {
+		return err
+	}
 	if err := m.Client.Update(ctx, &l); err != nil {
 		return fmt.Errorf("lease %s: %w", key, err)
 	}
 	m.acquired = true
+	return nil
+}
+
+// late refuses a renewal about to be sent past the fence's deadline (the
+// process paused between reading its Lease and writing it).
+func (m *Member) late() error {
+	if d := m.Deadline(); !d.IsZero() && !time.Now().Before(d) {
+		return fmt.Errorf("lease %s: %w", LeaseName(m.ID), ErrFenced)
+	}
 	return nil
 }
 

@@ -422,3 +422,47 @@ func TestMemberTimings(t *testing.T) {
 		t.Errorf("the fence fell %v after the last renewal seen, want the 1.5s renew deadline", fell)
 	}
 }
+
+// TestMemberResumedPastDeadline: a process resumed after a pause
+// (SIGSTOP) past its fence's deadline runs its renewal before the fence's
+// timer: the renewal writes nothing (the Lease must not look live again
+// for a replica about to exit) and the fence falls.
+func TestMemberResumedPastDeadline(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	m := &Member{Client: env.Client, Namespace: ns, ID: "replica-p"}
+	m.init()
+	ctx := context.Background()
+	m.renew(ctx)
+	select {
+	case <-m.Acquired():
+	default:
+		t.Fatal("the first renewal did not acquire the Lease")
+	}
+	key := client.ObjectKey{Namespace: ns, Name: LeaseName("replica-p")}
+	var before coordinationv1.Lease
+	if err := env.Client.Get(ctx, key, &before); err != nil {
+		t.Fatal(err)
+	}
+	// The pause: the deadline has passed, the timer has not fired.
+	m.mu.Lock()
+	m.timer.Stop()
+	m.deadline = time.Now().Add(-time.Millisecond)
+	m.mu.Unlock()
+	m.renew(ctx)
+	var after coordinationv1.Lease
+	if err := env.Client.Get(ctx, key, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion || !after.Spec.RenewTime.Equal(before.Spec.RenewTime) {
+		t.Errorf("a renewal past the deadline was written: renewTime %s -> %s", before.Spec.RenewTime, after.Spec.RenewTime)
+	}
+	select {
+	case <-m.Fenced():
+	default:
+		t.Error("the fence did not fall at a renewal past its deadline")
+	}
+	if err := m.late(); !errors.Is(err, ErrFenced) {
+		t.Errorf("late() = %v, want ErrFenced", err)
+	}
+}
