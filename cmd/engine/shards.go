@@ -128,7 +128,7 @@ func (s *sharding) selector(sel labels.Selector) labels.Selector {
 // when the fence falls.
 func (s *sharding) setup(mgr manager.Manager, cfg *rest.Config, scheme *runtime.Scheme, f *operatorFlags, sel labels.Selector, leaseName string) (func(reconcile.Reconciler) reconcile.Reconciler, error) {
 	log := ctrl.Log.WithName("shard")
-	s.replica = &shard.Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: s.id, Member: s.member,
+	s.replica = &shard.Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Selector: sel, ID: s.id, Member: s.member,
 		ShutdownGrace: f.reconcilerOpts.ShutdownGrace}
 	f.reconcilerOpts.ShutdownGrace = time.Nanosecond // the replica's fence holds the grace
 	f.reconcilerOpts.ShardID = s.id                  // its objects carry its shard label; it caches only those

@@ -25,6 +25,13 @@ func TestReplica(t *testing.T) {
 	var blocked atomic.Bool
 	m := &Member{Client: blockable(t, &blocked), Namespace: ns, ID: "replica-f",
 		LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
+	// A ManifestSync an earlier process of this ID owned: the replica
+	// lets go of it before it reconciles anything.
+	earlier := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "earlier", Labels: map[string]string{OwnerLabel: "replica-f"}},
+		Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+	if err := env.Client.Create(context.Background(), earlier); err != nil {
+		t.Fatal(err)
+	}
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
 	go func() { _ = m.Run(mctx) }()
@@ -56,9 +63,38 @@ func TestReplica(t *testing.T) {
 		}
 		return reconcile.Result{}, nil
 	})
-	rep := &Replica{Reader: env.Client, Client: env.Client, ID: "replica-f", Member: m, ShutdownGrace: time.Minute}
+	// Its cache is stale for one ManifestSync: it still shows it labelled
+	// with this replica, which the sharder moved a moment before.
+	stale := &staleReader{Reader: env.Client, owner: map[string]string{"moved": "replica-f"}}
+	rep := &Replica{Reader: stale, Client: env.Client, APIReader: env.Client, ID: "replica-f", Member: m, ShutdownGrace: time.Minute}
 	r := rep.Wrap(inner)
 	ctx := context.Background()
+	// Nothing is reconciled before Start has let go of the earlier
+	// process's ManifestSyncs.
+	early, earlyCancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	if _, err := r.Reconcile(early, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(earlier)}); err != nil || calls.Load() != 0 {
+		t.Fatalf("a reconcile before Start: err %v, %d reconciles", err, calls.Load())
+	}
+	earlyCancel()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	go func() { _ = rep.Start(sctx) }()
+	select {
+	case <-rep.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica never became ready")
+	}
+	var was v1alpha1.ManifestSync
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(earlier), &was); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := was.Labels[OwnerLabel]; ok {
+		t.Errorf("the earlier process's ManifestSync is still labelled %q", o)
+	}
+	moved := mk("moved", map[string]string{OwnerLabel: "replica-g"})
+	if _, err := r.Reconcile(ctx, moved); err != nil || calls.Load() != 0 {
+		t.Fatalf("a ManifestSync the stale cache shows as its own, the API server as another's: err %v, %d reconciles", err, calls.Load())
+	}
 
 	other := mk("other", map[string]string{OwnerLabel: "replica-g"})
 	if _, err := r.Reconcile(ctx, other); err != nil || calls.Load() != 0 {
@@ -127,4 +163,26 @@ func TestReplica(t *testing.T) {
 	if got.Labels[OwnerLabel] != "replica-f" {
 		t.Errorf("a fenced replica wrote labels %v", got.Labels)
 	}
+}
+
+// staleReader is a cache that lags: it shows the owner label of the
+// ManifestSyncs named in owner as it was before.
+type staleReader struct {
+	client.Reader
+	owner map[string]string
+}
+
+func (s *staleReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := s.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if o, ok := s.owner[key.Name]; ok {
+		l := obj.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[OwnerLabel] = o
+		obj.SetLabels(l)
+	}
+	return nil
 }

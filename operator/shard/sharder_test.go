@@ -102,9 +102,13 @@ func startReplica(t *testing.T, ns, id string, f *inflight, log *patchLog) *repl
 		t.Fatal(err)
 	}
 	m := &Member{Client: env.Client, Namespace: ns, ID: id, LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
-	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), ID: id, Member: m}
+	rep := &Replica{Reader: mgr.GetCache(), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ID: id, Member: m,
+		Selector: labels.SelectorFromSet(labels.Set{"test": ns})}
 	if log != nil {
 		rep.Client = &recordingClient{Client: rep.Client, log: log}
+	}
+	if err := mgr.Add(rep); err != nil {
+		t.Fatal(err)
 	}
 	// As the reconciler does: a ManifestSync gone from the cache (deleted,
 	// or moved away) is forgotten, without a write; one found is synced.
