@@ -43,7 +43,7 @@ func (b *bench) rows(doubles []Double, stats WriteStats) []harness.Row {
 		r := harness.Row{Workload: workload, Unit: "s", Ours: worst, Target: "≤ 15 s", Pass: worst <= 15,
 			Metric: fmt.Sprintf("kill -9 of 1 of %d: its Lease's expiry to the last of its ManifestSyncs synced by another (worst of %d rounds)", top, len(b.late))}
 		if !r.Pass {
-			r.Note = fmt.Sprintf("%v s over the rounds, for %v ManifestSyncs it owned; each of the others syncs its share of them, every ManifestSync's params having changed at the kill", round1(b.late), b.killedOwned)
+			r.Note = fmt.Sprintf("%v s over the rounds, for %v ManifestSyncs it owned; each of the others syncs its share of them, their params having changed at the kill (the others' own left as they were)", round1(b.late), b.killedOwned)
 		}
 		early := 0.0
 		for _, e := range b.early {

@@ -10,7 +10,7 @@
 // most replicas it goes on: one more joins (how many ManifestSyncs move
 // against the ideal 1/(N+1)), leaves again (SIGTERM), and then one of the
 // N that does not run the sharder is killed (SIGKILL) and the params of
-// every ManifestSync are changed, so that each must sync again: the time
+// its ManifestSyncs are changed, so that each must sync again: the time
 // from the killed replica's Lease expiry to the last of its ManifestSyncs
 // Ready at its new generation on another replica. Over the whole run, the
 // audit log tells whether any ConfigMap was written by two replicas within
@@ -425,9 +425,11 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 		return nil
 	}
 
-	// One that does not run the sharder is killed; every ManifestSync's
-	// params change, so that each syncs again: the killed one's only once
-	// its Lease has expired and the sharder gave them to the others.
+	// One that does not run the sharder is killed, and the params of its
+	// ManifestSyncs change, so that each must sync again: only once its
+	// Lease has expired and the sharder gave them to the others. (The
+	// others' own ManifestSyncs stay as they are: the row times the
+	// killed replica's share, not a change of every ManifestSync.)
 	var leader coordinationv1.Lease
 	if err := b.client.Get(ctx, client.ObjectKey{Namespace: leaseNS, Name: leaderLease}, &leader); err != nil {
 		return fmt.Errorf("the sharder's Lease: %w", err)
@@ -455,9 +457,10 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 		return fmt.Errorf("the killed replica's Lease %s has no renewal", l.Name)
 	}
 	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-	gens := make([]int64, b.cfg.Syncs)
-	err = harness.Parallel(b.cfg.Syncs, setupWorkers, func(i int) error {
-		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: key(i).Namespace, Name: key(i).Name}}
+	gens := make([]int64, len(owned))
+	err = harness.Parallel(len(owned), setupWorkers, func(i int) error {
+		namespace, name, _ := strings.Cut(owned[i], "/")
+		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 		patch := fmt.Appendf(nil, `{"spec":{"params":{"v":"round-%d-changed"}}}`, round)
 		if err := b.client.Patch(ctx, ms, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			return err
@@ -470,7 +473,7 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 	}
 	want := make(map[string]int64, len(gens))
 	for i, g := range gens {
-		want[key(i).String()] = g
+		want[owned[i]] = g
 	}
 	rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == victim })
 	if err := b.waitAll(ctx, tr, rest, alive, want, time.Until(expiry)+b.readyTimeout(n)); err != nil {
