@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,4 +140,39 @@ func procField(pid int, file, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/%s", field, pid, file)
+}
+
+// Descendants are the processes below pid (its children, theirs, and so
+// on), from /proc.
+func Descendants(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	parent := map[int]int{}
+	for _, p := range stats {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(raw)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		parent[self] = ppid
+	}
+	var out []int
+	for child := range parent {
+		for p := parent[child]; p > 1; p = parent[p] {
+			if p == pid {
+				out = append(out, child)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -1,49 +1,11 @@
 package w6
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/manifestsync/manifestsync/bench/harness"
 )
-
-// descendants are the processes below pid.
-func descendants(pid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	parent := map[int]int{}
-	for _, p := range stats {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(raw)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		parent[self] = ppid
-	}
-	var out []int
-	for child := range parent {
-		for p := parent[child]; p > 1; p = parent[p] {
-			if p == pid {
-				out = append(out, child)
-				break
-			}
-		}
-	}
-	return out
-}
 
 // rssSampler follows the resident set of a process and its descendants
 // (the operator's evaluation workers): the peak of their sum, sampled
@@ -90,7 +52,7 @@ func (s *rssSampler) sample() {
 	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
 	file, _ := harness.ProcStatus(s.pid, "RssFile")
 	pss, _ := harness.ProcPss(s.pid)
-	kids := descendants(s.pid)
+	kids := harness.Descendants(s.pid)
 	var kidsSum int64
 	for _, k := range kids {
 		if n, err := harness.ProcPss(k); err == nil {

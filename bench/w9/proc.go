@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -135,7 +132,7 @@ func (s *memSampler) sample() {
 	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
 	hwm, _ := harness.ProcStatus(s.pid, "VmHWM")
 	file, _ := harness.ProcStatus(s.pid, "RssFile")
-	for _, k := range descendants(s.pid) {
+	for _, k := range harness.Descendants(s.pid) {
 		if n, err := harness.ProcStatus(k, "VmRSS"); err == nil {
 			rss += n
 		}
@@ -166,38 +163,4 @@ func (s *memSampler) finish() {
 		close(s.stop)
 		s.wg.Wait()
 	})
-}
-
-// descendants are the processes below pid.
-func descendants(pid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	parent := map[int]int{}
-	for _, p := range stats {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(raw)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		parent[self] = ppid
-	}
-	var out []int
-	for child := range parent {
-		for p := parent[child]; p > 1; p = parent[p] {
-			if p == pid {
-				out = append(out, child)
-				break
-			}
-		}
-	}
-	return out
 }

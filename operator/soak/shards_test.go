@@ -1,9 +1,7 @@
 package soak
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -22,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/shard"
@@ -268,9 +265,7 @@ func copyFile(from, to string) error {
 // drain acknowledgements) logged with the object written, so that the
 // owner of each ManifestSync is known at every moment.
 func shardAuditLog(path string) testenv.Option {
-	return func(te *envtest.Environment) error {
-		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
-		const rules = `apiVersion: audit.k8s.io/v1
+	return testenv.WithAuditPolicy(path, `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
@@ -282,17 +277,7 @@ rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
-`
-		if err := os.WriteFile(policy, []byte(rules), 0o600); err != nil {
-			return err
-		}
-		args := te.ControlPlane.GetAPIServer().Configure()
-		args.Set("audit-policy-file", policy)
-		args.Set("audit-log-path", path)
-		args.Set("audit-log-format", "json")
-		args.Set("audit-log-mode", "blocking")
-		return nil
-	}
+`)
 }
 
 // localOnly drops the fleet's remote targets: the sharded run has no
@@ -621,49 +606,19 @@ func (r *run) unsettled(ctx context.Context) string {
 	return strings.Join(bad, "; ")
 }
 
-// auditEvent is the part of an audit event the sharded soak reads.
-type auditEvent struct {
-	Verb string `json:"verb"`
-	User struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	ResponseObject *struct {
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
-	} `json:"responseObject"`
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
-}
+// auditEvent is an audit event as the sharded soak reads it.
+type auditEvent = testenv.AuditEvent
 
+// readShardAudit reads the run's audit log: the requests the API server
+// accepted, in the order it received them.
 func readShardAudit(path string) ([]auditEvent, error) {
-	f, err := os.Open(path)
+	events, err := testenv.ReadAudit(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for line := 1; sc.Scan(); line++ {
-		var ev auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		if ev.ResponseStatus.Code < 300 {
-			out = append(out, ev)
-		}
-	}
+	out := slices.DeleteFunc(events, func(ev auditEvent) bool { return ev.ResponseStatus.Code >= 300 })
 	slices.SortStableFunc(out, func(a, b auditEvent) int { return a.RequestReceivedTimestamp.Compare(b.RequestReceivedTimestamp) })
-	return out, sc.Err()
+	return out, nil
 }
 
 // labelling is a ManifestSync's shard labels from a write on.
@@ -1076,11 +1031,7 @@ func TestShardAuditChecks(t *testing.T) {
 	}
 	label := func(user, ns, name, owner, drain string, s float64) auditEvent {
 		e := ev(user, "patch", "manifestsyncs", "", ns, name, s)
-		e.ResponseObject = &struct {
-			Metadata struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"metadata"`
-		}{}
+		e.ResponseObject = &testenv.AuditObject{}
 		e.ResponseObject.Metadata.Labels = map[string]string{}
 		if owner != "" {
 			e.ResponseObject.Metadata.Labels[shard.OwnerLabel] = owner

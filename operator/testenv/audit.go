@@ -24,8 +24,18 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// ResponseObject is the object the API server answered with, where
+	// the audit policy logs it (level RequestResponse): its labels.
+	ResponseObject *AuditObject `json:"responseObject"`
 	// RequestReceivedTimestamp is when the API server got the request.
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+}
+
+// AuditObject is the part of an object in an audit event the tests read.
+type AuditObject struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
 }
 
 // ReadAudit reads the audit log WithAuditLog wrote.
@@ -37,7 +47,7 @@ func ReadAudit(path string) ([]AuditEvent, error) {
 	defer f.Close()
 	var events []AuditEvent
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
 		var ev AuditEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {

@@ -151,16 +151,22 @@ type Option func(*envtest.Environment) error
 // update, patch, delete) with its user and time to path, one JSON event a
 // line (see ReadAudit): tests tell who wrote what, and when.
 func WithAuditLog(path string) Option {
-	return func(te *envtest.Environment) error {
-		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
-		const rules = `apiVersion: audit.k8s.io/v1
+	return WithAuditPolicy(path, `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
-`
+`)
+}
+
+// WithAuditPolicy makes the API server log to path, one JSON event a line
+// as each request is answered, what the audit policy rules (an
+// audit.k8s.io/v1 Policy) say.
+func WithAuditPolicy(path, rules string) Option {
+	return func(te *envtest.Environment) error {
+		policy := filepath.Join(filepath.Dir(path), "audit-policy.yaml")
 		if err := os.WriteFile(policy, []byte(rules), 0o600); err != nil {
 			return err
 		}
