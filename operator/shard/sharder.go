@@ -35,6 +35,12 @@ const writers = 8
 // old owner let go of it, before the sharder labels it with its new owner.
 const DefaultHandoverGap = 2 * time.Second
 
+// DeadLeaseAge is how long after its last renewal the Lease of a replica
+// that died without deleting it (kill -9, an OOM kill, a fence) is deleted
+// by the sharder, when no ManifestSync is labelled with its ID any more:
+// pods of a Deployment get new names, so such Leases would pile up.
+const DeadLeaseAge = time.Hour
+
 // Sharder assigns ManifestSyncs to the live replicas. It runs in one
 // replica only, the holder of the operator's leader lease (NeedLeaderElection),
 // and keeps a cache of its own: the metadata of every ManifestSync (the
@@ -67,10 +73,11 @@ type Sharder struct {
 	HandoverGap time.Duration
 	Log         logr.Logger
 
-	cache   cache.Cache
-	tracker *Tracker
-	wake    chan struct{}
-	hand    handovers
+	cache     cache.Cache
+	tracker   *Tracker
+	wake      chan struct{}
+	hand      handovers
+	collected time.Time // when collectDead last ran
 }
 
 // handovers is what the sharder remembers from one pass to the next to
@@ -298,6 +305,16 @@ func (s *Sharder) pass(ctx context.Context) (time.Time, error) {
 	}
 	h.forget(present)
 	h.first = false
+	if now.Sub(s.collected) >= time.Minute {
+		s.collected = now
+		owners := map[string]bool{}
+		for i := range list.Items {
+			owners[list.Items[i].Labels[OwnerLabel]] = true
+		}
+		if err := s.collectDead(ctx, now, isLive, owners); err != nil && ctx.Err() == nil {
+			s.Log.Error(err, "deleting the Leases of dead replicas")
+		}
+	}
 	if len(live) == 0 {
 		return next, nil
 	}
@@ -416,6 +433,33 @@ func (s *Sharder) leaseIDs(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return ids, nil
+}
+
+// collectDead deletes the shard Leases renewed last more than
+// DeadLeaseAge ago (by their renewTime: a replica that renewed so long ago
+// fenced itself long before) of replicas not live and owning nothing, each
+// on the condition that it is still the Lease read (its resourceVersion),
+// so that a replica taking its Lease back at that moment keeps it.
+func (s *Sharder) collectDead(ctx context.Context, now time.Time, live, owners map[string]bool) error {
+	var leases coordinationv1.LeaseList
+	if err := s.cache.List(ctx, &leases, client.InNamespace(s.Namespace)); err != nil {
+		return fmt.Errorf("listing shard leases in %s: %w", s.Namespace, err)
+	}
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		id, ok := strings.CutPrefix(l.Name, LeasePrefix)
+		if !ok || live[id] || owners[id] || l.Spec.RenewTime == nil || now.Sub(l.Spec.RenewTime.Time) < DeadLeaseAge {
+			continue
+		}
+		err := s.Client.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting Lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+		if err == nil {
+			s.Log.Info("deleted the Lease of a replica dead for over an hour", "lease", l.Name, "renewed", l.Spec.RenewTime.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
 }
 
 // isTestFailed says whether a JSON patch failed its test operation (the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -727,5 +728,61 @@ func TestSharderHandoverGap(t *testing.T) {
 	defer f.mu.Unlock()
 	for _, d := range f.doubles {
 		t.Error(d)
+	}
+}
+
+// TestSharderCollectsDeadLeases: the Lease of a replica dead for over
+// DeadLeaseAge (killed, never deleted it) is deleted, unless a
+// ManifestSync is still labelled with its ID; a Lease renewed more
+// recently stays.
+func TestSharderCollectsDeadLeases(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	lease := func(id string, age time.Duration) {
+		t.Helper()
+		at := metav1.NewMicroTime(time.Now().Add(-age))
+		secs := int32(15)
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName(id)},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, RenewTime: &at, AcquireTime: &at}}
+		if err := env.Client.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("dead", 2*DeadLeaseAge)
+	lease("dead-owner", 2*DeadLeaseAge)
+	lease("recent", DeadLeaseAge/2)
+	ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept", Labels: map[string]string{"test": ns, OwnerLabel: "dead-owner"}},
+		Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+	if err := env.Client.Create(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, labels.SelectorFromSet(labels.Set{"test": ns}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Start(sctx) }()
+	defer func() { cancel(); <-done }()
+	exists := func(id string) bool {
+		t.Helper()
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName(id)}, &coordinationv1.Lease{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); exists("dead"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Lease of a replica dead for two hours was not deleted")
+		}
+	}
+	time.Sleep(time.Second)
+	if !exists("dead-owner") {
+		t.Error("the Lease of a dead replica that still owns a ManifestSync was deleted")
+	}
+	if !exists("recent") {
+		t.Error("a Lease renewed within DeadLeaseAge was deleted")
 	}
 }
