@@ -78,21 +78,9 @@ func TestOperatorShardsFlags(t *testing.T) {
 // the whole run no ConfigMap and no ManifestSync status is written by
 // both replicas by turns (from the API server's audit log).
 func TestOperatorShards(t *testing.T) {
-	audit := filepath.Join(t.TempDir(), "audit.log")
-	env := ownEnv(t, testenv.WithAuditLog(audit))
+	env, audit, ns, names, args := shardedRun(t)
 	ctx := context.Background()
-	ns := env.Namespace(t, nil)
-	args := func(id string) []string {
-		return []string{"--shards", "auto", "--shard-id", id, "--leader-elect", "--leader-election-namespace", ns}
-	}
-	const n = 12
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("sync-%d", i)
-		if err := env.Client.Create(ctx, shardSync(ns, names[i], "one", nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := len(names)
 	a := startEngineOperatorAs(t, env, "operator-a", args("a")...)
 	for _, name := range names {
 		configMapHas(t, env, ns, name, "one", 2*time.Minute)
@@ -218,26 +206,35 @@ func noTwoWriters(t *testing.T, audit, ns string, n int) {
 	}
 }
 
+// shardedRun is the set-up of the tests of two replicas: a control plane
+// of their own whose audit log (the path returned) records every write,
+// a namespace with 12 ManifestSyncs (names), and the flags of replica id.
+func shardedRun(t *testing.T) (*testenv.Env, string, string, []string, func(id string) []string) {
+	t.Helper()
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	env := ownEnv(t, testenv.WithAuditLog(audit))
+	ns := env.Namespace(t, nil)
+	names := make([]string, 12)
+	for i := range names {
+		names[i] = fmt.Sprintf("sync-%d", i)
+		if err := env.Client.Create(context.Background(), shardSync(ns, names[i], "one", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := func(id string) []string {
+		return []string{"--shards", "auto", "--shard-id", id, "--leader-elect", "--leader-election-namespace", ns}
+	}
+	return env, audit, ns, names, args
+}
+
 // A replica killed (kill -9) keeps its ManifestSyncs until its Lease
 // expires (15 s after its last renewal), and not a moment less; then the
 // other takes them and syncs them within seconds. No object is written by
 // both within one second.
 func TestOperatorShardsKill(t *testing.T) {
-	audit := filepath.Join(t.TempDir(), "audit.log")
-	env := ownEnv(t, testenv.WithAuditLog(audit))
+	env, audit, ns, names, args := shardedRun(t)
 	ctx := context.Background()
-	ns := env.Namespace(t, nil)
-	args := func(id string) []string {
-		return []string{"--shards", "auto", "--shard-id", id, "--leader-elect", "--leader-election-namespace", ns}
-	}
-	const n = 12
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("sync-%d", i)
-		if err := env.Client.Create(ctx, shardSync(ns, names[i], "one", nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := len(names)
 	a := startEngineOperatorAs(t, env, "operator-a", args("a")...)
 	b := startEngineOperatorAs(t, env, "operator-b", args("b")...)
 	ownedBy := map[string]string{}
