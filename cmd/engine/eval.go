@@ -111,7 +111,13 @@ output. SIGINT or SIGTERM ends the watch with status 0.
 
 Exit status: 0 success, 1 evaluation failed, 2 usage or input error, or an
 evaluation stopped at --max-memory or --timeout.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				// cobra's NoArgs would say `unknown command "DIR"`.
+				return fmt.Errorf("eval: takes no arguments, got %q: name the ManifestSync file with -f (engine eval -f DIR/sync.yaml)", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEval(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), &f)
 		},
