@@ -168,10 +168,14 @@ func (r *Reconciler) crossNamespaceAllowed(from, to engine.SyncRef) bool {
 }
 
 // getSync reads a ManifestSync from the cache; nil when there is none.
+// Under sharding one the replica's cache does not hold is read from its
+// dependency view (depends_shard.go).
 func (r *Reconciler) getSync(ctx context.Context, ref engine.SyncRef) (*v1alpha1.ManifestSync, error) {
 	ms := &v1alpha1.ManifestSync{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, ms)
 	switch {
+	case apierrors.IsNotFound(err) && r.deps != nil:
+		return r.deps.get(ctx, ref)
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:

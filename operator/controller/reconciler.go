@@ -189,9 +189,10 @@ type Reconciler struct {
 	managed  client.Reader // the metadata cache of owned objects
 	watches  *watches
 	states   states
-	remotes  *remotes    // a client per remote cluster
-	accounts *accounts   // a client per impersonated service account
-	sets     *objectSets // discovery and label-selected caches for object sets
+	remotes  *remotes        // a client per remote cluster
+	accounts *accounts       // a client per impersonated service account
+	sets     *objectSets     // discovery and label-selected caches for object sets
+	deps     *dependencyView // under sharding: every ManifestSync's readiness, once needed
 	guard    *writeGuard
 	caps     capabilityCache // what charts see of each cluster
 }

@@ -385,3 +385,75 @@ func TestFencedReplicaWritesNoRemoteCluster(t *testing.T) {
 		t.Errorf("ConfigMap r0 in the remote cluster: %v, want none", err)
 	}
 }
+
+// Dependencies across replicas: app, replica a's, depends on base,
+// replica b's, which a's cache of ManifestSyncs does not hold. a reads
+// base's readiness (not "not found"), and base turning Ready wakes app at
+// once (its interval is an hour: only base's event, seen by a's
+// dependency view, can wake it). A cycle whose two ManifestSyncs are on
+// two replicas is found on both.
+//
+// What a hostile user gets: nothing of another tenant's ManifestSync
+// beyond what one replica already showed (the view keeps the Ready
+// condition's status and reason, never its message; the tenancy
+// lockdown still refuses other namespaces).
+func TestShardedDependsOn(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	ra := shardedOperator(t, "a")
+	shardedOperator(t, "b")
+	ns := remoteEnv.Namespace(t, nil)
+	owned := func(ms *v1alpha1.ManifestSync, id string) *v1alpha1.ManifestSync {
+		ms.Labels = map[string]string{shard.OwnerLabel: id}
+		return ms
+	}
+	base := owned(namedSync(ns, "base", ns), "b")
+	base.Spec.Suspend = true
+	app := owned(namedSync(ns, "app", ns, "base"), "a")
+	app.Spec.Interval = &metav1.Duration{Duration: time.Hour}
+	x := owned(namedSync(ns, "x", ns, "y"), "a")
+	y := owned(namedSync(ns, "y", ns, "x"), "b")
+	for _, ms := range []*v1alpha1.ManifestSync{base, app, x, y} {
+		if err := remoteEnv.Client.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readyIs := func(ms *v1alpha1.ManifestSync, reason, msg string) {
+		t.Helper()
+		eventually(t, timeout, func() error {
+			got := &v1alpha1.ManifestSync{}
+			if err := remoteEnv.Client.Get(ctx, client.ObjectKeyFromObject(ms), got); err != nil {
+				return err
+			}
+			c := condition(got, v1alpha1.ConditionReady)
+			if c.Reason != reason || (msg != "" && c.Message != msg) || c.ObservedGeneration != got.Generation {
+				return fmt.Errorf("%s: Ready %s (%s): %q; want %s: %q", ms.Name, c.Status, c.Reason, c.Message, reason, msg)
+			}
+			return nil
+		})
+	}
+	readyIs(app, v1alpha1.ReasonDependencyNotReady, "ManifestSync "+ns+"/base is not Ready: not reconciled yet")
+	readyIs(x, v1alpha1.ReasonDependencyCycle, "dependsOn cycle: "+ns+"/x -> "+ns+"/y -> "+ns+"/x")
+	readyIs(y, v1alpha1.ReasonDependencyCycle, "dependsOn cycle: "+ns+"/y -> "+ns+"/x -> "+ns+"/y")
+	if err := ra.Client.Get(ctx, client.ObjectKeyFromObject(base), &v1alpha1.ManifestSync{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a's cache reads b's ManifestSync: %v, want not found", err)
+	}
+
+	eventually(t, timeout, func() error {
+		cur := &v1alpha1.ManifestSync{}
+		if err := remoteEnv.Client.Get(ctx, client.ObjectKeyFromObject(base), cur); err != nil {
+			return err
+		}
+		cur.Spec.Suspend = false
+		return remoteEnv.Client.Update(ctx, cur)
+	})
+	readyIs(base, v1alpha1.ReasonSynced, "")
+	start := time.Now()
+	readyIs(app, v1alpha1.ReasonSynced, "")
+	if took := time.Since(start); took > wakeLimit {
+		t.Errorf("app synced %s after base was Ready, want its event to wake it within %s", took, wakeLimit)
+	}
+	if err := remoteEnv.Client.Get(ctx, keyOf(ns, "app"), &corev1.ConfigMap{}); err != nil {
+		t.Errorf("app's ConfigMap: %v", err)
+	}
+}

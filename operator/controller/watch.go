@@ -145,6 +145,7 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 		return err
 	}
 	w.ctrl = c
+	r.setupDependencyView(mgr, w)
 	w.newCache = func(namespace string) (cache.Cache, error) {
 		c, err := cache.New(mgr.GetConfig(), cache.Options{
 			HTTPClient:        mgr.GetHTTPClient(),
