@@ -301,6 +301,9 @@ func (s *Server) runWatch(ctx context.Context) error {
 	if own {
 		opts := cache.Options{Scheme: s.scheme, Mapper: s.mapper, HTTPClient: s.httpClient,
 			DefaultTransform: cache.TransformStripManagedFields()}
+		if s.opts.Selector != nil && !s.opts.Selector.Empty() {
+			opts.ByObject = map[client.Object]cache.ByObject{&v1alpha1.ManifestSync{}: {Label: s.opts.Selector}}
+		}
 		if ns := s.watchNamespace(ctx); ns != "" {
 			opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 			s.store.mu.Lock()

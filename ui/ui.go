@@ -38,6 +38,7 @@ import (
 	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -73,6 +74,9 @@ type Options struct {
 	// operator passes its manager's cache, so that the UI adds no watch);
 	// nil: the server starts its own informer on ManifestSyncs.
 	Cache cache.Cache
+	// Selector, when not nil, selects the ManifestSyncs of the server's
+	// own informer (Cache nil): the operator's --watch-label-selector.
+	Selector labels.Selector
 	// Evaluator serves the diff view; nil: the diff view says it is not
 	// available.
 	Evaluator inspect.Evaluator

@@ -388,11 +388,20 @@ func runOperator(ctx context.Context, f *operatorFlags) error {
 			return fmt.Errorf("operator: %w", err)
 		}
 		rc := &webhook.Receiver{Client: mgr.GetClient(), Secrets: secrets, Log: ctrl.Log.WithName("webhook")}
+		if shards != nil { // a call reaches any replica; the manager's cache holds its share
+			if rc.Syncs, err = webhook.NewSyncCache(mgr, apiServer.NewInformer, msSelector); err != nil {
+				return fmt.Errorf("operator: %w", err)
+			}
+		}
 		if err := mgr.Add(webhook.NewServer(f.webhookAddr, rc)); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}
 	}
-	stopUI, err := addOperatorUI(mgr, f.uiAddr, f.reconcilerOpts.InstanceID)
+	var uiSelector labels.Selector // the manager's cache, unless it holds a share
+	if shards != nil {
+		uiSelector = msSelector
+	}
+	stopUI, err := addOperatorUI(mgr, f.uiAddr, f.reconcilerOpts.InstanceID, uiSelector)
 	if err != nil {
 		return err
 	}

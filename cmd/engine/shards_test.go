@@ -3,16 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +29,7 @@ import (
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/shard"
 	"github.com/manifestsync/manifestsync/operator/testenv"
+	"github.com/manifestsync/manifestsync/operator/webhook"
 )
 
 // Bad --shards, --shard-id and Lease timings are usage errors naming the
@@ -81,7 +91,8 @@ func TestOperatorShards(t *testing.T) {
 	env, audit, ns, names, args := shardedRun(t)
 	ctx := context.Background()
 	n := len(names)
-	a := startEngineOperatorAs(t, env, "operator-a", args("a")...)
+	hookA, uiA := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	a := startEngineOperatorAs(t, env, "operator-a", append(args("a"), "--webhook-bind-address", hookA, "--ui-bind-address", uiA)...)
 	for _, name := range names {
 		configMapHas(t, env, ns, name, "one", 2*time.Minute)
 	}
@@ -113,6 +124,7 @@ func TestOperatorShards(t *testing.T) {
 	for _, name := range names {
 		configMapHas(t, env, ns, name, "two", 2*time.Minute)
 	}
+	everyReplicaServesAll(t, env, ns, names, hookA, uiA)
 	var leases coordinationv1.LeaseList
 	if err := env.Client.List(ctx, &leases, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -143,6 +155,97 @@ func TestOperatorShards(t *testing.T) {
 	b.stop(t)
 
 	noTwoWriters(t, audit, ns, n)
+}
+
+// everyReplicaServesAll checks that one replica's webhook receiver (at
+// hook) and web UI (at ui) reach every ManifestSync of ns, the other
+// replica's too, which its own cache does not hold: a webhook call for
+// each is accepted and annotates it, and the UI's overview, as a service
+// account that may read the ManifestSyncs of ns, lists each.
+func everyReplicaServesAll(t *testing.T, env *testenv.Env, ns string, names []string, hook, ui string) {
+	t.Helper()
+	ctx := context.Background()
+	const token = "webhook-shared-secret"
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"},
+		Data: map[string][]byte{webhook.SecretKey: []byte(token)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ms := &v1alpha1.ManifestSync{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
+				return err
+			}
+			metav1.SetMetaDataAnnotation(&ms.ObjectMeta, webhook.SecretAnnotation, "hook")
+			return env.Client.Update(ctx, ms)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := []byte(`{"ref": "refs/heads/main", "after": "0123456789abcdef0123456789abcdef01234567"}`)
+	mac := hmac.New(sha256.New, []byte(token))
+	mac.Write(body)
+	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	for _, name := range names {
+		testenv.Eventually(t, time.Minute, func() error { // until the receiver's cache shows the annotation
+			req, err := http.NewRequest(http.MethodPost, "http://"+hook+webhook.PathPrefix+ns+"/"+name, bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("X-GitHub-Event", "push")
+			req.Header.Set("X-Hub-Signature-256", sig)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusAccepted {
+				return fmt.Errorf("webhook call for %s: %s, want 202", name, res.Status)
+			}
+			return nil
+		})
+		ms := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ms); err != nil {
+			t.Fatal(err)
+		}
+		if ms.Annotations[webhook.RequestedAtAnnotation] == "" {
+			t.Errorf("%s: the webhook call set no %s", name, webhook.RequestedAtAnnotation)
+		}
+	}
+
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "viewer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"manifestsyncs"}, Verbs: []string{"get", "list", "watch"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "viewer"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "viewer"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "viewer", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		code, page := get(t, "http://"+ui+"/", "", map[string]string{"Authorization": "Bearer " + tok.Status.Token})
+		if code != http.StatusOK {
+			return fmt.Errorf("GET / of the UI: %d", code)
+		}
+		for _, name := range names {
+			if !strings.Contains(page, "/ms/"+ns+"/"+name+`"`) {
+				return fmt.Errorf("the UI's overview does not list %s", name)
+			}
+		}
+		return nil
+	})
 }
 
 // noTwoWriters fails t when a ConfigMap or a ManifestSync's status of ns

@@ -16,7 +16,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -198,9 +200,12 @@ func uiLogger(stderr io.Writer) logr.Logger {
 // --ui-bind-address asks for it: in cluster mode (each visitor's token,
 // checked with a TokenReview, is impersonated), on the manager's rest
 // config, hooked into the manager's cache (no watch of its own), served
-// by every replica, leader or not. It returns how to stop the UI's
-// evaluator, once the manager has stopped.
-func addOperatorUI(mgr manager.Manager, addr, instanceID string) (func(), error) {
+// by every replica, leader or not. A replica of --shards auto (sharded
+// not nil: the operator's --watch-label-selector) caches its share only,
+// and every replica's UI shows every ManifestSync: its UI watches those
+// sharded selects itself. It returns how to stop the UI's evaluator, once
+// the manager has stopped.
+func addOperatorUI(mgr manager.Manager, addr, instanceID string, sharded labels.Selector) (func(), error) {
 	if addr == "" || addr == "0" {
 		return func() {}, nil
 	}
@@ -212,10 +217,15 @@ func addOperatorUI(mgr manager.Manager, addr, instanceID string) (func(), error)
 		return nil, err
 	}
 	log := ctrl.Log.WithName("ui")
+	var own cache.Cache = mgr.GetCache()
+	if sharded != nil {
+		own = nil
+	}
 	srv, err := ui.New(ui.Options{
 		Mode:       ui.ModeCluster,
 		Config:     mgr.GetConfig(),
-		Cache:      mgr.GetCache(),
+		Cache:      own,
+		Selector:   sharded,
 		Evaluator:  evaluator,
 		InstanceID: instanceID,
 		Log:        log,

@@ -82,6 +82,11 @@ type Receiver struct {
 	// Client reads ManifestSyncs (the manager's cached client: reads
 	// make no API request) and sets RequestedAtAnnotation.
 	Client client.Client
+	// Syncs, when not nil, reads the ManifestSyncs instead of Client:
+	// a replica of --shards auto, whose own cache holds its share only,
+	// gives it a SyncCache, so that a call to any replica reaches every
+	// ManifestSync (its owner sees the annotation change and syncs).
+	Syncs client.Reader
 	// Secrets reads the webhook Secrets: a *SecretCache in the operator.
 	// Any reader works (the API server's, in tests), at the cost of an
 	// API request per call that gets that far.
@@ -174,7 +179,11 @@ func (rc *Receiver) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	log := rc.Log.WithValues("manifestSync", key.String(), "remote", req.RemoteAddr)
 	ctx := req.Context()
 	ms := &v1alpha1.ManifestSync{}
-	if err := rc.Client.Get(ctx, key, ms); err != nil {
+	syncs := client.Reader(rc.Client)
+	if rc.Syncs != nil {
+		syncs = rc.Syncs
+	}
+	if err := syncs.Get(ctx, key, ms); err != nil {
 		if apierrors.IsNotFound(err) {
 			http.NotFound(w, req)
 			return
