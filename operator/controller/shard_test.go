@@ -457,3 +457,115 @@ func TestShardedDependsOn(t *testing.T) {
 		t.Errorf("app's ConfigMap: %v", err)
 	}
 }
+
+// The watch of a source follows its ManifestSync's share: a ManifestSync
+// reading the ConfigMap src moves from replica a to b; a's sweep stops
+// its watch of ConfigMaps there (and b's keeps b's), a change of src then
+// wakes b (the interval is an hour), and a move back starts a's watch
+// again, which wakes a in turn. A watch used a moment ago is kept, whether
+// or not a ManifestSync of the cache names it.
+func TestShardedWatchesFollowTheShare(t *testing.T) {
+	env.Need(t)
+	ctx := context.Background()
+	c := remoteEnv.Client
+	ra := shardedOperator(t, "a")
+	rb := shardedOperator(t, "b")
+	ns := remoteEnv.Namespace(t, nil)
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "src"}, Data: map[string]string{"v": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := newSync(ns, "reads", v1alpha1.ManifestSyncSpec{
+		Sources: []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
+		Transform: inline(`
+def main(ctx):
+    return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": ctx.sources["src"].object["data"]["v"]}}]
+`),
+		Targets:  targets(ns),
+		Interval: &metav1.Duration{Duration: time.Hour},
+	})
+	ms.Labels = map[string]string{shard.OwnerLabel: "a"}
+	remoteEnv.CreateSync(t, ms, timeout)
+	key := watchKey{gvk: corev1.SchemeGroupVersion.WithKind("ConfigMap"), namespace: ns, purpose: watchSources}
+	cfgHas := func(v string) {
+		t.Helper()
+		eventually(t, timeout, func() error {
+			cm := &corev1.ConfigMap{}
+			if err := c.Get(ctx, keyOf(ns, "cfg"), cm); err != nil {
+				return err
+			}
+			if cm.Data["v"] != v {
+				return fmt.Errorf("cfg holds %q, want %q", cm.Data["v"], v)
+			}
+			return nil
+		})
+	}
+	setSrc := func(v string) {
+		t.Helper()
+		eventually(t, timeout, func() error {
+			cm := &corev1.ConfigMap{}
+			if err := c.Get(ctx, keyOf(ns, "src"), cm); err != nil {
+				return err
+			}
+			cm.Data["v"] = v
+			return c.Update(ctx, cm)
+		})
+	}
+	moveTo := func(id string) {
+		t.Helper()
+		eventually(t, timeout, func() error {
+			cur := &v1alpha1.ManifestSync{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+				return err
+			}
+			cur.Labels[shard.OwnerLabel] = id
+			return c.Update(ctx, cur)
+		})
+	}
+	watching := func(r *Reconciler) bool {
+		_, ok := r.watches.watching(key)
+		return ok
+	}
+	cfgHas("1")
+	if !watching(ra) {
+		t.Fatal("a does not watch the ConfigMaps of the source's namespace")
+	}
+	if n := ra.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 0 || !watching(ra) {
+		t.Fatalf("a's sweep stopped %d watches while its ManifestSync reads the source", n)
+	}
+
+	moveTo("b")
+	eventually(t, timeout, func() error {
+		if !watching(rb) {
+			return fmt.Errorf("b does not watch the source yet")
+		}
+		return nil
+	})
+	eventually(t, timeout, func() error {
+		if err := ra.Client.Get(ctx, client.ObjectKeyFromObject(ms), &v1alpha1.ManifestSync{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("a's cache still holds the ManifestSync: %v", err)
+		}
+		return nil
+	})
+	if n := ra.sweepWatches(ctx, time.Now()); n != 0 || !watching(ra) {
+		t.Errorf("a's sweep stopped %d watches used a moment ago, want them kept for %s", n, watchIdle)
+	}
+	if n := ra.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 1 || watching(ra) {
+		t.Errorf("a's sweep stopped %d watches, want its watch of the moved source's ConfigMaps", n)
+	}
+	if n := rb.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 0 || !watching(rb) {
+		t.Errorf("b's sweep stopped %d watches, want none: its ManifestSync reads the source", n)
+	}
+	setSrc("2")
+	cfgHas("2")
+
+	moveTo("a")
+	eventually(t, timeout, func() error {
+		if !watching(ra) {
+			return fmt.Errorf("a does not watch the source again")
+		}
+		return nil
+	})
+	cfgHas("2")
+	setSrc("3")
+	cfgHas("3")
+}

@@ -139,6 +139,7 @@ func (w *watches) unwatch(gvk schema.GroupVersionKind, namespace string, obj run
 		if key.gvk == gvk && key.namespace == namespace && (namespace != "" || (key.purpose == watchHealth) == whole) {
 			delete(w.started, key)
 			delete(w.since, key)
+			delete(w.used, key)
 			removed = true
 		}
 	}

@@ -107,6 +107,7 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 		log:        mgr.GetLogger().WithName("watches"),
 		started:    map[watchKey]bool{},
 		since:      map[watchKey]time.Time{},
+		used:       map[watchKey]time.Time{},
 		namespaces: map[string]cache.Cache{},
 	}
 	managed, err := cache.New(mgr.GetConfig(), cache.Options{
@@ -163,6 +164,9 @@ func (r *Reconciler) SetupWithManagerWrapped(ctx context.Context, mgr ctrl.Manag
 			mgr.Add(cacheRunnable{c})
 	}
 	r.watches = w
+	if err := mgr.Add(r.watchSweeper()); err != nil {
+		return err
+	}
 	return r.setupClusters(ctx, mgr)
 }
 
@@ -299,6 +303,7 @@ type watches struct {
 	mu         sync.Mutex
 	started    map[watchKey]bool
 	since      map[watchKey]time.Time // when each started
+	used       map[watchKey]time.Time // when inNamespace last returned each (watchsweep.go)
 	namespaces map[string]cache.Cache // by namespace, made by newCache
 }
 
@@ -389,6 +394,7 @@ func (w *watches) inNamespace(key watchKey, h handler.EventHandler, preds ...pre
 		}
 		w.namespaces[key.namespace] = c
 	}
+	w.used[key] = time.Now()
 	w.mu.Unlock()
 	return c, notWatchableIsNil(w.start(key, c, h, preds...))
 }
