@@ -274,8 +274,39 @@ func TestChartOptions(t *testing.T) {
 			if sharded := slices.Contains(args, "--shards=auto"); sharded != c.sharded || flags > 1 || podName != c.sharded {
 				t.Errorf("--set %v: args %v, POD_NAME %v; want sharded %v", c.set, args, podName, c.sharded)
 			}
+			// The shard labels' policy comes with sharding.
+			policies := 0
+			for _, o := range objs {
+				if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") && o.GetName() == "manifestsync-shard-labels" {
+					policies++
+				}
+			}
+			if want := map[bool]int{true: 2, false: 0}[c.sharded]; policies != want {
+				t.Errorf("--set %v: %d shard label policy objects, want %d", c.set, policies, want)
+			}
 		}
+		// It lets the release's service account through, and guards the
+		// ManifestSyncs of sharding.labelsPolicySelector, which
+		// watchLabelSelector requires; protectLabels=false leaves it out.
 		objs := renderChart(t, "manifestsync", "ops")
+		expr, _, _ := unstructured.NestedSlice(find(t, objs, "ValidatingAdmissionPolicy", "manifestsync-shard-labels").Object, "spec", "validations")
+		if len(expr) != 1 || !strings.Contains(fmt.Sprint(expr[0].(map[string]any)["expression"]), "request.userInfo.username == 'system:serviceaccount:ops:manifestsync'") {
+			t.Errorf("the shard label policy's validations %v do not let the operator's service account through", expr)
+		}
+		if out, err := runHelm(t, "template", "manifestsync", chartDir, "--set", "watchLabelSelector=team=a"); err == nil || !strings.Contains(string(out), "sharding.labelsPolicySelector: with watchLabelSelector set") {
+			t.Errorf("watchLabelSelector without sharding.labelsPolicySelector: %v\n%s\nwant a refusal naming it", err, out)
+		}
+		objs = renderChart(t, "manifestsync", "ops", "--set", "watchLabelSelector=team=a", "--set", "sharding.labelsPolicySelector.matchLabels.team=a")
+		sel, _, _ := unstructured.NestedMap(find(t, objs, "ValidatingAdmissionPolicy", "manifestsync-shard-labels").Object, "spec", "matchConstraints", "objectSelector")
+		if fmt.Sprint(sel) != "map[matchLabels:map[team:a]]" {
+			t.Errorf("the shard label policy selects %v, want sharding.labelsPolicySelector", sel)
+		}
+		for _, o := range renderChart(t, "manifestsync", "ops", "--set", "sharding.protectLabels=false") {
+			if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+				t.Errorf("sharding.protectLabels=false renders %s %s", o.GetKind(), o.GetName())
+			}
+		}
+		objs = renderChart(t, "manifestsync", "ops")
 		rules, _, _ := unstructured.NestedSlice(find(t, objs, "Role", "manifestsync-leader-election").Object, "rules")
 		leases := false
 		for _, r := range rules {
