@@ -45,6 +45,10 @@ type Options struct {
 	Command []string
 	// Env is added to the worker's environment (which is the parent's).
 	Env []string
+	// IdleTimeout, when positive, stops a worker no evaluation has used
+	// for that long; the next evaluation starts one again. Zero keeps
+	// workers until Close.
+	IdleTimeout time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -68,15 +72,21 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Pool evaluates in worker processes, at most Options.Workers at once,
-// starting workers when first needed and replacing those that die. It is
+// starting workers when needed and replacing those that die. An
+// evaluation takes the idle worker used last, and starts a new one only
+// when every running worker is busy, so that a pool whose evaluations
+// rarely overlap runs one process, not Options.Workers; with
+// Options.IdleTimeout the others stop once unused for that long. It is
 // safe for concurrent use.
 type Pool struct {
-	opts  Options
-	slots chan *process // one per worker; nil until started
+	opts Options
+	busy chan struct{} // a token per evaluation under way: Options.Workers at most
 
 	mu     sync.Mutex
+	idle   []*process // running and not busy, the one used last at the end
 	live   map[*process]bool
 	closed bool
+	done   chan struct{} // closed by Close: stops the reaper
 }
 
 // New returns a pool; its workers start with the first evaluations.
@@ -85,11 +95,80 @@ func New(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{opts: opts, slots: make(chan *process, opts.Workers), live: map[*process]bool{}}
-	for range opts.Workers {
-		p.slots <- nil
+	p := &Pool{opts: opts, busy: make(chan struct{}, opts.Workers), live: map[*process]bool{}, done: make(chan struct{})}
+	if opts.IdleTimeout > 0 {
+		go p.reapIdle()
 	}
 	return p, nil
+}
+
+// acquire waits for a token and returns the idle worker used last, or
+// nil when none is idle (the caller starts one).
+func (p *Pool) acquire(ctx context.Context) (*process, error) {
+	select {
+	case p.busy <- struct{}{}:
+	case <-ctx.Done():
+		return nil, &KilledError{Err: ctx.Err()}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		return w, nil
+	}
+	return nil, nil
+}
+
+// release gives back the token, and w (when not nil) to the idle ones.
+func (p *Pool) release(w *process) {
+	if w != nil {
+		w.idleSince = time.Now()
+		p.mu.Lock()
+		if p.closed {
+			w.kill()
+		} else {
+			p.idle = append(p.idle, w)
+		}
+		p.mu.Unlock()
+	}
+	<-p.busy
+}
+
+// reapIdle stops, every quarter of Options.IdleTimeout, the workers idle
+// for longer than it, until Close.
+func (p *Pool) reapIdle() {
+	tick := time.NewTicker(p.opts.IdleTimeout / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case now := <-tick.C:
+			p.reap(now)
+		}
+	}
+}
+
+// reap stops the workers idle since before now-Options.IdleTimeout.
+func (p *Pool) reap(now time.Time) {
+	p.mu.Lock()
+	var stale []*process
+	kept := p.idle[:0]
+	for _, w := range p.idle {
+		if now.Sub(w.idleSince) >= p.opts.IdleTimeout {
+			stale = append(stale, w)
+			delete(p.live, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.mu.Unlock()
+	for _, w := range stale {
+		w.stop()
+	}
 }
 
 // Evaluate is engine.Evaluate in a worker. Besides the engine's errors it
@@ -131,21 +210,18 @@ func (p *Pool) run(ctx context.Context, req message, handle func(*process, messa
 	if p.isClosed() {
 		return errPoolClosed
 	}
-	var w *process
-	select {
-	case w = <-p.slots:
-	case <-ctx.Done():
-		return &KilledError{Err: ctx.Err()}
+	w, err := p.acquire(ctx)
+	if err != nil {
+		return err
 	}
 	if w == nil {
-		var err error
 		if w, err = p.start(ctx); err != nil {
-			p.slots <- nil
+			p.release(nil)
 			return err
 		}
 	}
 	limit := max(int(p.opts.MemoryLimit), 64<<20)
-	_, err := p.supervise(ctx, w, func() (any, error) {
+	_, err = p.supervise(ctx, w, func() (any, error) {
 		if err := writeFrame(w.in, req); err != nil {
 			return nil, err
 		}
@@ -170,37 +246,56 @@ func (p *Pool) run(ctx context.Context, req message, handle func(*process, messa
 		p.forget(w)
 		w = nil
 	}
-	p.slots <- w
+	p.release(w)
 	return err
 }
 
 var errUnexpected = errors.New("eval worker: unexpected message")
 
-// Prestart starts a worker in the background, if one is not running, so
+// Prestart starts a worker in the background, if none is running, so
 // that the next evaluation need not wait for it; a failure to start is
 // left for that evaluation to find.
 func (p *Pool) Prestart() {
 	go func() {
-		w := <-p.slots
+		p.mu.Lock()
+		running := len(p.live) > 0
+		p.mu.Unlock()
+		if running {
+			return
+		}
+		w, err := p.acquire(context.Background())
+		if err != nil {
+			return
+		}
 		if w == nil {
 			w, _ = p.start(context.Background())
 		}
-		p.slots <- w
+		p.release(w)
 	}()
+}
+
+// Running is how many worker processes run, busy or idle.
+func (p *Pool) Running() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live)
 }
 
 // Close stops every worker; evaluations under way fail.
 func (p *Pool) Close() error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	live := make([]*process, 0, len(p.live))
 	for w := range p.live {
 		live = append(live, w)
 	}
+	p.idle = nil
 	p.mu.Unlock()
 	for _, w := range live {
-		w.kill()
-		<-w.exited
+		w.stop()
 	}
 	return nil
 }
@@ -315,6 +410,8 @@ type process struct {
 	err    error         // what Wait returned; read after exited
 	// retire is set when the worker said it exits after its answer.
 	retire bool
+	// idleSince is when its last evaluation ended (Pool.idle).
+	idleSince time.Time
 }
 
 func startProcess(opts Options) (*process, error) {
@@ -354,6 +451,12 @@ func startProcess(opts Options) (*process, error) {
 
 // kill kills the worker; it is reaped in the background.
 func (w *process) kill() { _ = w.cmd.Process.Kill() }
+
+// stop kills the worker and waits until it is reaped.
+func (w *process) stop() {
+	w.kill()
+	<-w.exited
+}
 
 // deathError says why the conversation with a worker failed with err;
 // killed says the parent killed it after. The Go runtime of a worker that

@@ -430,3 +430,53 @@ func eventually(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// An evaluation takes the idle worker used last: evaluations one after
+// another run one process, however many Workers allows. With IdleTimeout,
+// a worker unused for that long stops, and the next evaluation starts one
+// again; a busy worker is never stopped for idling, however long it runs.
+func TestPoolIdle(t *testing.T) {
+	p := testPool(t, Options{Workers: 2, IdleTimeout: 200 * time.Millisecond})
+	spec := exampleSpec(t)
+	for range 3 {
+		if _, err := p.Evaluate(context.Background(), spec, engine.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.Running(); n != 1 {
+		t.Errorf("%d workers after evaluations one after another, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Running() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := p.Running(); n != 0 {
+		t.Fatalf("%d workers outlived their idle time", n)
+	}
+	if _, err := p.Evaluate(context.Background(), spec, engine.Options{}); err != nil {
+		t.Fatalf("an evaluation after the workers stopped: %v", err)
+	}
+
+	busy := testPool(t, Options{Workers: 1, IdleTimeout: time.Hour})
+	w, err := busy.acquire(context.Background())
+	if err != nil || w != nil {
+		t.Fatalf("acquire: %v, %v; want no idle worker yet", w, err)
+	}
+	if w, err = busy.start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	busy.reap(time.Now().Add(2 * time.Hour))
+	if n := busy.Running(); n != 1 {
+		t.Fatalf("%d workers: a busy one was stopped for idling", n)
+	}
+	busy.release(w)
+	busy.reap(time.Now().Add(2 * time.Hour))
+	if n := busy.Running(); n != 0 {
+		t.Fatalf("%d workers, want the idle one stopped", n)
+	}
+	select {
+	case <-w.exited:
+	default:
+		t.Error("the stopped worker's process is still running")
+	}
+}
