@@ -49,7 +49,13 @@ func addEvalWorkerFlags(fl interface {
 	fl.StringVar(&f.memoryLimit, "eval-memory-limit", "256Mi", "memory limit of each evaluation worker (a quantity: 512Mi, 1Gi)")
 	fl.DurationVar(&f.opts.Timeout, "eval-timeout", worker.DefaultTimeout, "wall-clock limit of one evaluation in a worker")
 	fl.BoolVar(&f.inProcess, "eval-in-process", false, "evaluate in the operator's process: no worker processes, and no memory limit")
+	fl.DurationVar(&f.opts.IdleTimeout, "eval-idle-timeout", defaultEvalIdle, "stop an evaluation worker no evaluation has used for this long (0: keep them); the next evaluation starts one again")
 }
+
+// defaultEvalIdle is --eval-idle-timeout's default: a worker left idle
+// that long costs its memory for nothing, and one started again costs a
+// fraction of a second.
+const defaultEvalIdle = 10 * time.Minute
 
 // budget is how much memory the evaluation workers may use together, in
 // bytes: 0 with --eval-in-process or a limit that does not parse (which
@@ -71,6 +77,9 @@ func (f *evalWorkerFlags) evaluator() (controller.Evaluator, func(), error) {
 	}
 	if f.workers < 1 {
 		return nil, nil, usageErr("operator: --eval-workers must be at least 1")
+	}
+	if f.opts.IdleTimeout < 0 {
+		return nil, nil, usageErr("operator: --eval-idle-timeout %v: want 0 (keep the workers) or more", f.opts.IdleTimeout)
 	}
 	q, err := resource.ParseQuantity(f.memoryLimit)
 	if err != nil || q.Value() < 32<<20 {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
@@ -59,6 +60,9 @@ func TestEvalWorkerCommand(t *testing.T) {
 	}
 	if f := (&evalWorkerFlags{workers: 1, memoryLimit: "lots"}); !strings.Contains(errString(f), "--eval-memory-limit") {
 		t.Errorf("a bad limit: %s", errString(f))
+	}
+	if f := (&evalWorkerFlags{workers: 1, memoryLimit: "64Mi", opts: worker.Options{IdleTimeout: -time.Second}}); !strings.Contains(errString(f), "--eval-idle-timeout -1s") {
+		t.Errorf("a negative idle timeout: %s", errString(f))
 	}
 }
 

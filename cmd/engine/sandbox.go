@@ -64,9 +64,20 @@ func (v quantityValue) Type() string       { return "quantity" }
 // Starlark limits' default when timeout is 0), and how to stop it. The
 // worker starts at once, while the command reads its input.
 func newSandbox(command, maxMemory string, timeout time.Duration) (*worker.Pool, func(), error) {
+	pool, err := newSandboxPool(command, maxMemory, timeout, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool.Prestart()
+	return pool, func() { _ = pool.Close() }, nil
+}
+
+// newSandboxPool is newSandbox's pool, its worker started at the first
+// evaluation and stopped once idle for idle (0: kept until Close).
+func newSandboxPool(command, maxMemory string, timeout, idle time.Duration) (*worker.Pool, error) {
 	q, err := resource.ParseQuantity(maxMemory)
 	if err != nil || q.Value() < minMaxMemory {
-		return nil, nil, usageErr("%s: --max-memory %q: want a quantity of at least 128Mi (512Mi, 1Gi)", command, maxMemory)
+		return nil, usageErr("%s: --max-memory %q: want a quantity of at least 128Mi (512Mi, 1Gi)", command, maxMemory)
 	}
 	if timeout <= 0 {
 		timeout = lstar.DefaultTimeout
@@ -77,12 +88,12 @@ func newSandbox(command, maxMemory string, timeout time.Duration) (*worker.Pool,
 		Timeout:     timeout,
 		Grace:       killGrace,
 		Command:     workerCommand,
+		IdleTimeout: idle,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", command, err)
+		return nil, fmt.Errorf("%s: %w", command, err)
 	}
-	pool.Prestart()
-	return pool, func() { _ = pool.Close() }, nil
+	return pool, nil
 }
 
 // killed says whether err ended an evaluation with its worker: a limit

@@ -49,7 +49,7 @@ const (
 // sandboxed worker pool of the offline commands; the Secrets its sources
 // read are known to the result's Redactor, as the operator's are.
 type uiEvaluator struct {
-	pool *idlePool
+	pool *worker.Pool // one worker, stopped uiIdle after the last diff
 	// git is the evaluator's own: `engine operator` keeps its GitCache in
 	// gitCacheDir, and a cache directory is one Fetcher's at a time.
 	git *git.Fetcher
@@ -58,9 +58,14 @@ type uiEvaluator struct {
 	kinds discovery.DiscoveryInterface
 }
 
+// uiIdle is how long the web UI's evaluation worker stays after its last
+// diff.
+const uiIdle = 5 * time.Minute
+
 // newUIEvaluator makes the worker pool of command's evaluations (one
 // worker of the default --max-memory, killed at uiEvalTimeout, started at
-// the first diff and stopped uiIdle after the last: idlePool) and returns
+// the first diff and stopped uiIdle after the last, so that a UI nobody
+// asks for a diff costs no process) and returns
 // the Evaluator and what stops the pool and removes its git cache (a
 // temporary directory). cfg is the UI's (Options.Config): its discovery
 // gives the kinds of the whole-namespace object sets, as the operator's
@@ -80,12 +85,13 @@ func newUIEvaluator(cmdName string, cfg *rest.Config) (inspect.Evaluator, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: the UI's git cache: %w", cmdName, err)
 	}
-	pool := &idlePool{idle: uiIdle, start: func() (*worker.Pool, error) {
-		p, _, err := newSandbox(cmdName, defaultMaxMemory, uiEvalTimeout)
-		return p, err
-	}}
+	pool, err := newSandboxPool(cmdName, defaultMaxMemory, uiEvalTimeout, uiIdle)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
 	e := &uiEvaluator{pool: pool, git: git.New(git.Options{CacheDir: dir, Timeout: uiFetchTimeout}), kinds: dc}
-	return e, func() { pool.close(); _ = os.RemoveAll(dir) }, nil
+	return e, func() { _ = pool.Close(); _ = os.RemoveAll(dir) }, nil
 }
 
 // Evaluate implements inspect.Evaluator. Its errors name the source or the
@@ -137,12 +143,7 @@ func (e *uiEvaluator) Evaluate(ctx context.Context, c client.Client, ms *v1alpha
 		}
 		break
 	}
-	pool, done, err := e.pool.acquire()
-	if err != nil {
-		return nil, fmt.Errorf("ManifestSync %s: %w", name, err)
-	}
-	defer done()
-	out, err := pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
+	out, err := e.pool.Evaluate(ctx, engine.Spec{Sync: &ms.Spec, Snapshots: snaps, Name: ms.Name}, opts)
 	if k, ok := errors.AsType[*worker.KilledError](err); ok {
 		return nil, fmt.Errorf("ManifestSync %s: evaluation stopped: %w", name, k)
 	}

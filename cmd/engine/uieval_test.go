@@ -78,10 +78,19 @@ func TestUIEvaluator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
+	// The UI's worker starts at the first diff (and stops uiIdle after
+	// the last: worker.TestPoolIdle).
+	pool := ev.(*uiEvaluator).pool
+	if n := pool.Running(); n != 0 {
+		t.Errorf("%d workers before the first diff, want none", n)
+	}
 
 	diffs, err := inspect.Diff(ctx, env.Client, ms, ev, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := pool.Running(); n != 1 {
+		t.Errorf("%d workers after a diff, want 1", n)
 	}
 	if len(diffs) != 1 || diffs[0].Action != "Created" || diffs[0].Object != "ConfigMap "+ns+"/dev-settings" ||
 		!strings.Contains(diffs[0].Unified, "+  env: staging") || !strings.Contains(diffs[0].Unified, "+  password: '***'") {
