@@ -298,12 +298,7 @@ func TestUIEvaluatorObjectSetsAsUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.ClientAs(t, user)
 	ev, stop, err := newUIEvaluator("ui", env.Config)
 	if err != nil {
 		t.Fatal(err)

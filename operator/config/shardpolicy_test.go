@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -57,16 +56,7 @@ func TestShardLabelsPolicy(t *testing.T) {
 			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: operator}}}); err != nil {
 		t.Fatal(err)
 	}
-	as := func(user string) client.Client {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-		c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	tenant, op, admin := as("tenant"), as(operator), env.Client
+	tenant, op, admin := env.ClientAs(t, "tenant"), env.ClientAs(t, operator), env.Client
 	sync := func(name string, labels map[string]string) *v1alpha1.ManifestSync {
 		return &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 			Spec: v1alpha1.ManifestSyncSpec{Params: &runtime.RawExtension{Raw: []byte(`{}`)}, Targets: []v1alpha1.Target{{Name: "here", Namespace: ns}}}}

@@ -70,6 +70,23 @@ func shardedOperator(t *testing.T, id string, opts ...func(*Options)) *Reconcile
 	return r
 }
 
+// moveSync labels ms (on the second API server) with replica id, as the
+// sharder moves a ManifestSync.
+func moveSync(t *testing.T, ms *v1alpha1.ManifestSync, id string) {
+	t.Helper()
+	eventually(t, timeout, func() error {
+		cur := &v1alpha1.ManifestSync{}
+		if err := remoteEnv.Client.Get(context.Background(), client.ObjectKeyFromObject(ms), cur); err != nil {
+			return err
+		}
+		if cur.Labels == nil {
+			cur.Labels = map[string]string{}
+		}
+		cur.Labels[shard.OwnerLabel] = id
+		return remoteEnv.Client.Update(context.Background(), cur)
+	})
+}
+
 // cachedConfigMap reads a ConfigMap's metadata from r's cache of managed
 // objects.
 func cachedConfigMap(r *Reconciler, ns, name string) error {
@@ -270,22 +287,11 @@ func TestShardedReplicas(t *testing.T) {
 	remoteEnv.WaitForReason(t, client.ObjectKeyFromObject(leaves), v1alpha1.ReasonSynced, timeout)
 	ms = leaves // labelled checks its owner label
 	labelled("o0", "a")
-	relabel := func(id string) {
-		t.Helper()
-		eventually(t, timeout, func() error {
-			cur := &v1alpha1.ManifestSync{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(leaves), cur); err != nil {
-				return err
-			}
-			cur.Labels[shard.OwnerLabel] = id
-			return c.Update(ctx, cur)
-		})
-	}
-	relabel("nobody")
+	moveSync(t, leaves, "nobody")
 	if err := c.Delete(ctx, leaves); err != nil {
 		t.Fatal(err)
 	}
-	relabel("b")
+	moveSync(t, leaves, "b")
 	eventually(t, timeout, func() error { return remoteEnv.Gone(leaves) })
 	o0 := &corev1.ConfigMap{}
 	if err := c.Get(ctx, keyOf(ns, "o0"), o0); err != nil {
@@ -510,17 +516,6 @@ def main(ctx):
 			return c.Update(ctx, cm)
 		})
 	}
-	moveTo := func(id string) {
-		t.Helper()
-		eventually(t, timeout, func() error {
-			cur := &v1alpha1.ManifestSync{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
-				return err
-			}
-			cur.Labels[shard.OwnerLabel] = id
-			return c.Update(ctx, cur)
-		})
-	}
 	watching := func(r *Reconciler) bool {
 		_, ok := r.watches.watching(key)
 		return ok
@@ -533,7 +528,7 @@ def main(ctx):
 		t.Fatalf("a's sweep stopped %d watches while its ManifestSync reads the source", n)
 	}
 
-	moveTo("b")
+	moveSync(t, ms, "b")
 	eventually(t, timeout, func() error {
 		if !watching(rb) {
 			return fmt.Errorf("b does not watch the source yet")
@@ -558,7 +553,7 @@ def main(ctx):
 	setSrc("2")
 	cfgHas("2")
 
-	moveTo("a")
+	moveSync(t, ms, "a")
 	eventually(t, timeout, func() error {
 		if !watching(ra) {
 			return fmt.Errorf("a does not watch the source again")

@@ -344,6 +344,19 @@ func (e *Env) Kubeconfig(user string) ([]byte, error) {
 	return u.KubeConfig()
 }
 
+// ClientAs is a client of the API server as user, by impersonation: its
+// RBAC (and admission) decide what the user may do.
+func (e *Env) ClientAs(t testing.TB, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Namespace creates a namespace with a random name for one test. It is
 // deleted when the test ends; envtest runs no namespace controller (unless
 // WithWorkloads), so the objects in it stay (tests must not rely on them

@@ -5,7 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -26,13 +25,7 @@ func TestMain(m *testing.M) {
 // it may read.
 func userClient(t *testing.T, user string) client.Client {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return env.ClientAs(t, user)
 }
 
 // create creates every object, failing t on the first error.
