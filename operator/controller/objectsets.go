@@ -62,6 +62,7 @@ type objectSets struct {
 	mu     sync.Mutex
 	caches map[setCacheKey]*namespaceCache
 	since  map[setWatchKey]time.Time // when each watch started
+	used   map[setWatchKey]time.Time // when watch last returned each (watchsweep.go)
 }
 
 // informerFunc makes a cache's informers (cache.Options.NewInformer).
@@ -108,6 +109,7 @@ func (r *Reconciler) setupObjectSets(ctx context.Context, mgr ctrl.Manager) erro
 		log:    mgr.GetLogger().WithName("object-sets"),
 		caches: map[setCacheKey]*namespaceCache{},
 		since:  map[setWatchKey]time.Time{},
+		used:   map[setWatchKey]time.Time{},
 	}
 	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ManifestSync{}, indexObjectSets, func(o client.Object) []string {
 		return objectSetIndexKeys(o.(*v1alpha1.ManifestSync))
@@ -184,6 +186,9 @@ func (s *objectSets) watch(ctx context.Context, w *watches, key setCacheKey, sel
 		return nil, err
 	}
 	wk := setWatchKey{setCacheKey: key, gvk: gvk}
+	s.mu.Lock()
+	s.used[wk] = time.Now()
+	s.mu.Unlock()
 	if _, ok := s.watching(wk); ok {
 		return c, nil
 	}
@@ -258,6 +263,7 @@ func (s *objectSets) unwatch(access *kindAccess, wk setWatchKey) {
 	s.mu.Lock()
 	_, was := s.since[wk]
 	delete(s.since, wk)
+	delete(s.used, wk)
 	c := s.caches[wk.setCacheKey]
 	s.mu.Unlock()
 	access.deny(accessKey{gvk: wk.gvk, namespace: wk.namespace})

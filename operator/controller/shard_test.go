@@ -464,12 +464,13 @@ func TestShardedDependsOn(t *testing.T) {
 	}
 }
 
-// The watch of a source follows its ManifestSync's share: a ManifestSync
-// reading the ConfigMap src moves from replica a to b; a's sweep stops
-// its watch of ConfigMaps there (and b's keeps b's), a change of src then
-// wakes b (the interval is an hour), and a move back starts a's watch
-// again, which wakes a in turn. A watch used a moment ago is kept, whether
-// or not a ManifestSync of the cache names it.
+// The watches of sources follow their ManifestSync's share: a
+// ManifestSync reading the ConfigMap src and an object set of Secrets
+// moves from replica a to b; a's sweep stops its watches of both (and
+// b's keeps b's), a change of src then wakes b (the interval is an hour),
+// and a move back starts a's watches again, which wake a in turn. A watch
+// used a moment ago is kept, whether or not a ManifestSync of the cache
+// names it.
 func TestShardedWatchesFollowTheShare(t *testing.T) {
 	env.Need(t)
 	ctx := context.Background()
@@ -481,7 +482,10 @@ func TestShardedWatchesFollowTheShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := newSync(ns, "reads", v1alpha1.ManifestSyncSpec{
-		Sources: []v1alpha1.Source{{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}}},
+		Sources: []v1alpha1.Source{
+			{Name: "src", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "ConfigMap", Name: "src"}},
+			{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "Secret", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"set": "x"}}}},
+		},
 		Transform: inline(`
 def main(ctx):
     return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"v": ctx.sources["src"].object["data"]["v"]}}]
@@ -516,8 +520,13 @@ def main(ctx):
 			return c.Update(ctx, cm)
 		})
 	}
+	setKey := setWatchKey{setCacheKey: setCacheKey{namespace: ns, selector: "set=x"}, gvk: corev1.SchemeGroupVersion.WithKind("Secret")}
 	watching := func(r *Reconciler) bool {
 		_, ok := r.watches.watching(key)
+		_, set := r.sets.watching(setKey)
+		if ok != set {
+			t.Errorf("watching the source %v, the object set %v: want both or neither", ok, set)
+		}
 		return ok
 	}
 	cfgHas("1")
@@ -544,8 +553,8 @@ def main(ctx):
 	if n := ra.sweepWatches(ctx, time.Now()); n != 0 || !watching(ra) {
 		t.Errorf("a's sweep stopped %d watches used a moment ago, want them kept for %s", n, watchIdle)
 	}
-	if n := ra.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 1 || watching(ra) {
-		t.Errorf("a's sweep stopped %d watches, want its watch of the moved source's ConfigMaps", n)
+	if n := ra.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 2 || watching(ra) {
+		t.Errorf("a's sweep stopped %d watches, want its watches of the moved source's ConfigMaps and object set's Secrets", n)
 	}
 	if n := rb.sweepWatches(ctx, time.Now().Add(2*watchIdle)); n != 0 || !watching(rb) {
 		t.Errorf("b's sweep stopped %d watches, want none: its ManifestSync reads the source", n)
