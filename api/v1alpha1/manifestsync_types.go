@@ -20,6 +20,7 @@ const Kind = "ManifestSync"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
 // +kubebuilder:printcolumn:name="Last sync",type=date,JSONPath=`.status.lastSuccessfulSyncTime`,priority=1
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.metadata.labels.shard\.manifestsync\.dev/owner`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type ManifestSync struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,6 +80,40 @@ func TestStatusShards(t *testing.T) {
 	owned(msNS, "u1", "", "", nil)
 	owned(msNS, "u2", "", "", map[string]string{"team": "x"})
 	owned(other, "a4", "st-a", "", nil)
+
+	// kubectl get manifestsyncs -o wide names each one's replica (a
+	// column of priority 1 of the table the API server makes).
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/manifestsync.dev/v1alpha1/namespaces", msNS, "manifestsyncs").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	replicas := map[string]string{}
+	for i, c := range table.ColumnDefinitions {
+		if c.Name != "Replica" || c.Priority != 1 {
+			continue
+		}
+		for _, r := range table.Rows {
+			var meta metav1.PartialObjectMetadata
+			if err := json.Unmarshal(r.Object.Raw, &meta); err != nil {
+				t.Fatal(err)
+			}
+			if r.Cells[i] != nil { // kubectl shows <none>
+				replicas[meta.Name] = fmt.Sprint(r.Cells[i])
+			}
+		}
+	}
+	if _, ok := replicas["u1"]; replicas["a1"] != "st-a" || replicas["b1"] != "st-b" || ok {
+		t.Errorf("the Replica column reads %v, want a1 st-a, b1 st-b, u1 none", replicas)
+	}
 
 	base := []string{"status", "--shards", "--operator-namespace", opNS}
 	status := func(kubeconfig string, args ...string) (int, string, string) {

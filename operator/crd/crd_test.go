@@ -325,7 +325,8 @@ func target(obj map[string]any, i int) map[string]any {
 }
 
 // kubectl get msync shows Ready, Targets, Revision and Age; -o wide adds
-// Suspended, Last sync and the Ready message (priority 1).
+// Suspended, Last sync, the replica under sharding and the Ready message
+// (priority 1).
 func TestPrinterColumns(t *testing.T) {
 	crd, err := decodeCRD(config.ManifestSyncCRD)
 	if err != nil {
@@ -342,6 +343,7 @@ func TestPrinterColumns(t *testing.T) {
 		"Age date .metadata.creationTimestamp 0",
 		"Suspended boolean .spec.suspend 1",
 		"Last sync date .status.lastSuccessfulSyncTime 1",
+		"Replica string .metadata.labels.shard\\.manifestsync\\.dev/owner 1",
 		"Message string .status.conditions[?(@.type==\"Ready\")].message 1",
 	}
 	if !slices.Equal(got, want) {
