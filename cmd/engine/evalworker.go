@@ -57,6 +57,11 @@ func addEvalWorkerFlags(fl interface {
 // fraction of a second.
 const defaultEvalIdle = 10 * time.Minute
 
+// evalSpawnDelay is how long an evaluation waits for the busy worker
+// before the operator starts another: most evaluations take milliseconds,
+// and a worker costs tens of MiB.
+const evalSpawnDelay = 100 * time.Millisecond
+
 // budget is how much memory the evaluation workers may use together, in
 // bytes: 0 with --eval-in-process or a limit that does not parse (which
 // evaluator refuses).
@@ -87,6 +92,9 @@ func (f *evalWorkerFlags) evaluator() (controller.Evaluator, func(), error) {
 	}
 	opts := f.opts
 	opts.Workers, opts.MemoryLimit = f.workers, q.Value()
+	if opts.SpawnDelay == 0 {
+		opts.SpawnDelay = evalSpawnDelay
+	}
 	pool, err := worker.New(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("operator: %w", err)

@@ -174,8 +174,8 @@ A ManifestSync that runs code of its user (a Starlark or CUE transform,
 CUE schemas or policies from a source, a kustomize source) is evaluated in
 an evaluation worker process (--eval-workers of them at most, each bounded
 by --eval-memory-limit and --eval-timeout), started with the first such
-evaluation; a second one starts only while the first is busy, and one idle
-for --eval-idle-timeout stops. One without (its inputs passed through, the targets' patches,
+evaluation; another starts only for an evaluation that waited 100ms for
+a busy one, and one idle for --eval-idle-timeout stops. One without (its inputs passed through, the targets' patches,
 builtin schemas) runs none, and is evaluated in the operator's process.
 
 The Go runtime honours GOMEMLIMIT and GOGC. Without GOMEMLIMIT, under a

@@ -49,6 +49,11 @@ type Options struct {
 	// for that long; the next evaluation starts one again. Zero keeps
 	// workers until Close.
 	IdleTimeout time.Duration
+	// SpawnDelay, when positive, is how long an evaluation that finds
+	// every running worker busy waits for one to finish before it starts
+	// another: a process costs tens of MiB and its start, and a short
+	// evaluation ends sooner. Zero starts one at once.
+	SpawnDelay time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -83,7 +88,8 @@ type Pool struct {
 	busy chan struct{} // a token per evaluation under way: Options.Workers at most
 
 	mu     sync.Mutex
-	idle   []*process // running and not busy, the one used last at the end
+	idle   []*process    // running and not busy, the one used last at the end
+	freed  chan struct{} // closed (and replaced) when a worker turns idle
 	live   map[*process]bool
 	closed bool
 	done   chan struct{} // closed by Close: stops the reaper
@@ -95,7 +101,7 @@ func New(opts Options) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{opts: opts, busy: make(chan struct{}, opts.Workers), live: map[*process]bool{}, done: make(chan struct{})}
+	p := &Pool{opts: opts, busy: make(chan struct{}, opts.Workers), live: map[*process]bool{}, done: make(chan struct{}), freed: make(chan struct{})}
 	if opts.IdleTimeout > 0 {
 		go p.reapIdle()
 	}
@@ -103,21 +109,42 @@ func New(opts Options) (*Pool, error) {
 }
 
 // acquire waits for a token and returns the idle worker used last, or
-// nil when none is idle (the caller starts one).
+// nil when none is idle (the caller starts one). When every running
+// worker is busy it waits up to Options.SpawnDelay for one to turn idle.
 func (p *Pool) acquire(ctx context.Context) (*process, error) {
 	select {
 	case p.busy <- struct{}{}:
 	case <-ctx.Done():
 		return nil, &KilledError{Err: ctx.Err()}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.idle); n > 0 {
-		w := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		return w, nil
+	var deadline <-chan time.Time
+	for {
+		p.mu.Lock()
+		if n := len(p.idle); n > 0 {
+			w := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return w, nil
+		}
+		freed, running := p.freed, len(p.live)
+		p.mu.Unlock()
+		if p.opts.SpawnDelay <= 0 || running == 0 {
+			return nil, nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(p.opts.SpawnDelay)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-freed:
+		case <-deadline:
+			return nil, nil
+		case <-ctx.Done():
+			<-p.busy
+			return nil, &KilledError{Err: ctx.Err()}
+		}
 	}
-	return nil, nil
 }
 
 // release gives back the token, and w (when not nil) to the idle ones.
@@ -129,6 +156,8 @@ func (p *Pool) release(w *process) {
 			w.kill()
 		} else {
 			p.idle = append(p.idle, w)
+			close(p.freed)
+			p.freed = make(chan struct{})
 		}
 		p.mu.Unlock()
 	}

@@ -480,3 +480,52 @@ func TestPoolIdle(t *testing.T) {
 		t.Error("the stopped worker's process is still running")
 	}
 }
+
+// With SpawnDelay, an evaluation that finds the running worker busy waits
+// for it rather than start another, unless the busy one outlasts the
+// delay: short evaluations at once run in one process, and one behind a
+// long evaluation gets a second.
+func TestPoolSpawnDelay(t *testing.T) {
+	ctx := context.Background()
+	spec := exampleSpec(t)
+	p := testPool(t, Options{Workers: 2, SpawnDelay: 5 * time.Second})
+	if _, err := p.Evaluate(ctx, spec, engine.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := p.Evaluate(ctx, spec, engine.Options{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := p.Running(); n != 1 {
+		t.Errorf("%d workers after short evaluations at once, want 1", n)
+	}
+
+	q := testPool(t, Options{Workers: 2, SpawnDelay: 100 * time.Millisecond})
+	long := inlineSpec("def main(ctx):\n    for i in range(1 << 40):\n        pass\n")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = q.Evaluate(ctx, long, engine.Options{Limits: lstar.Limits{Timeout: 5 * time.Second, MaxSteps: 1 << 50}})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for q.Running() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := q.Evaluate(ctx, spec, engine.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the long evaluation ended before the short one: the test proves nothing")
+	default:
+	}
+	if n := q.Running(); n != 2 {
+		t.Errorf("%d workers, want a second one for the evaluation behind a long one", n)
+	}
+	<-done
+}
