@@ -104,6 +104,7 @@ type memSampler struct {
 	rss, anon  int64
 	hwm        int64 // the process's own high-water mark
 	file       int64 // the process's own file-backed pages (RssFile)
+	workers    int   // the most evaluation workers (descendants) seen at once
 	finishOnce sync.Once
 }
 
@@ -132,7 +133,8 @@ func (s *memSampler) sample() {
 	anon, _ := harness.ProcStatus(s.pid, "RssAnon")
 	hwm, _ := harness.ProcStatus(s.pid, "VmHWM")
 	file, _ := harness.ProcStatus(s.pid, "RssFile")
-	for _, k := range harness.Descendants(s.pid) {
+	kids := harness.Descendants(s.pid)
+	for _, k := range kids {
 		if n, err := harness.ProcStatus(k, "VmRSS"); err == nil {
 			rss += n
 		}
@@ -143,18 +145,19 @@ func (s *memSampler) sample() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rss, s.anon, s.hwm, s.file = max(s.rss, rss), max(s.anon, anon), max(s.hwm, hwm), max(s.file, file)
+	s.workers = max(s.workers, len(kids))
 }
 
 // peaks returns the peaks so far, in bytes: of the resident set (the
 // larger of the sampled sum and the process's own high-water mark), of
 // the anonymous memory, of the process's file-backed pages and of the
-// process alone (its high-water mark). It samples once more while the
-// process runs.
-func (s *memSampler) peaks() (rss, anon, file, own int64) {
+// process alone (its high-water mark), and the most evaluation workers it
+// ran at once. It samples once more while the process runs.
+func (s *memSampler) peaks() (rss, anon, file, own int64, workers int) {
 	s.sample()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return max(s.rss, s.hwm), s.anon, s.file, s.hwm
+	return max(s.rss, s.hwm), s.anon, s.file, s.hwm, s.workers
 }
 
 // finish stops sampling.

@@ -78,8 +78,10 @@ func (b *bench) rows(doubles []Double, stats WriteStats) []harness.Row {
 	}
 	rss := harness.Compare(workload, fmt.Sprintf("peak RSS per replica, with its eval workers (the largest of %d)", top), "MiB",
 		b.rss[top], b.rss[base], one, "≤ 0.4×", func(q float64) bool { return q <= 0.4 })
+	rss.Note = fmt.Sprintf("evaluation workers run at once by that replica: %v over the rounds, against %v with 1 replica (each a process of bin/engine; another starts for an evaluation that waited 100 ms)",
+		b.workers[top], b.workers[base])
 	if !rss.Pass {
-		rss.Note = fmt.Sprintf("of the largest replica's peak, %.1f MiB (median) are file-backed pages of its process, mostly bin/engine's own, alike in every process whatever its share; its anonymous memory (RssAnon, with its workers') is a row below; each evaluation worker is a process of bin/engine too",
+		rss.Note += fmt.Sprintf("; of the largest replica's peak, %.1f MiB (median) are file-backed pages of its process, mostly bin/engine's own, alike in every process whatever its share; its anonymous memory (RssAnon, with its workers') is a row below",
 			harness.Median(b.file[top]))
 	}
 	own := harness.Compare(workload, fmt.Sprintf("peak RSS per replica, the operator process alone (VmHWM, the largest of %d)", top), "MiB",

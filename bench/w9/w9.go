@@ -185,8 +185,10 @@ type bench struct {
 	// resident set and of its anonymous memory, and the file-backed
 	// pages of that replica's process; the most and fewest ManifestSyncs
 	// a replica owned.
-	// own is the largest peak of a replica's process alone (VmHWM).
-	ready, rss, anon, file, own, most, fewest map[int][]float64
+	// own is the largest peak of a replica's process alone (VmHWM);
+	// workers, the most evaluation workers the replica of the largest
+	// peak ran at once.
+	ready, rss, anon, file, own, workers, most, fewest map[int][]float64
 	// Of the largest count, each round: ManifestSyncs moved when one more
 	// joined, and the ideal; seconds from the killed replica's Lease
 	// expiry to the last of its ManifestSyncs Ready elsewhere; those
@@ -196,7 +198,7 @@ type bench struct {
 
 func newBench(ctx context.Context, c *harness.Cluster, cfg Config) (*bench, error) {
 	b := &bench{c: c, cfg: cfg, engine: cfg.Engine, logs: cfg.Logs,
-		ready: map[int][]float64{}, rss: map[int][]float64{}, anon: map[int][]float64{}, file: map[int][]float64{}, own: map[int][]float64{},
+		ready: map[int][]float64{}, rss: map[int][]float64{}, anon: map[int][]float64{}, file: map[int][]float64{}, own: map[int][]float64{}, workers: map[int][]float64{},
 		most: map[int][]float64{}, fewest: map[int][]float64{}}
 	if b.logs == "" {
 		dir, err := os.MkdirTemp("", "bench-w9-")
@@ -369,13 +371,15 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 	b.ready[n] = append(b.ready[n], last.Sub(begin).Seconds())
 	time.Sleep(settle)
 	var peakRSS, peakAnon, peakFile, peakOwn int64
+	peakWorkers := 0
 	for _, id := range ids {
-		rss, anon, file, own := reps[id].mem.peaks()
+		rss, anon, file, own, workers := reps[id].mem.peaks()
 		if rss > peakRSS {
-			peakRSS, peakFile = rss, file
+			peakRSS, peakFile, peakWorkers = rss, file, workers
 		}
 		peakAnon, peakOwn = max(peakAnon, anon), max(peakOwn, own)
 	}
+	b.workers[n] = append(b.workers[n], float64(peakWorkers))
 	b.rss[n] = append(b.rss[n], mib(peakRSS))
 	b.own[n] = append(b.own[n], mib(peakOwn))
 	b.anon[n] = append(b.anon[n], mib(peakAnon))
