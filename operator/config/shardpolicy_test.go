@@ -98,7 +98,11 @@ func TestShardLabelsPolicy(t *testing.T) {
 	if err := relabel(op, map[string]string{shard.OwnerLabel: "replica-0"}); err != nil {
 		t.Fatalf("the operator assigns: %v", err)
 	}
-	for name, c := range map[string]client.Client{"tenant": tenant, "admin": admin} {
+	for _, u := range []struct {
+		name string
+		c    client.Client
+	}{{"tenant", tenant}, {"admin", admin}} { // in this order: the admin's team label is the last
+		name, c := u.name, u.c
 		if err := relabel(c, map[string]string{shard.OwnerLabel: "replica-1"}); !refused(err) {
 			t.Errorf("%s changes the owner label: %v, want the policy's refusal", name, err)
 		}
