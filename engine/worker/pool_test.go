@@ -488,7 +488,7 @@ func TestPoolIdle(t *testing.T) {
 func TestPoolSpawnDelay(t *testing.T) {
 	ctx := context.Background()
 	spec := exampleSpec(t)
-	p := testPool(t, Options{Workers: 2, SpawnDelay: 5 * time.Second})
+	p := testPool(t, Options{Workers: 2, SpawnDelay: time.Minute}) // far over 8 short evaluations, even on a loaded machine
 	if _, err := p.Evaluate(ctx, spec, engine.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestPoolSpawnDelay(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = q.Evaluate(ctx, long, engine.Options{Limits: lstar.Limits{Timeout: 5 * time.Second, MaxSteps: 1 << 50}})
+		_, _ = q.Evaluate(ctx, long, engine.Options{Limits: lstar.Limits{Timeout: time.Minute, MaxSteps: 1 << 50}})
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for q.Running() == 0 && time.Now().Before(deadline) {
@@ -527,5 +527,6 @@ func TestPoolSpawnDelay(t *testing.T) {
 	if n := q.Running(); n != 2 {
 		t.Errorf("%d workers, want a second one for the evaluation behind a long one", n)
 	}
+	_ = q.Close() // ends the long one
 	<-done
 }
