@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,7 +79,8 @@ type Sharder struct {
 	tracker   *Tracker
 	wake      chan struct{}
 	hand      handovers
-	collected time.Time // when collectDead last ran
+	collected time.Time    // when collectDead last ran
+	passes    atomic.Int64 // passes run (for tests)
 }
 
 // handovers is what the sharder remembers from one pass to the next to
@@ -122,7 +125,7 @@ func NewSharder(cfg *rest.Config, scheme *runtime.Scheme, c client.Client, names
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{namespace: {}}},
-			msMeta():                {Label: sel},
+			msMeta():                {Label: sel, Transform: keepShardMeta},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -141,6 +144,53 @@ func (s *Sharder) poke() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// keepShardMeta keeps of a ManifestSync's metadata what a pass reads:
+// its name, namespace, resourceVersion (assign's precondition), deletion
+// and shard labels, so that the sharder holds a few hundred bytes of
+// each, not its annotations (kubectl's last-applied-configuration is the
+// whole ManifestSync) or its other labels.
+func keepShardMeta(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}}
+	for _, k := range []string{OwnerLabel, DrainLabel} {
+		if v, ok := m.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	return out, nil
+}
+
+// changesShards says whether an update of a ManifestSync's metadata or of
+// a Lease (as the sharder's cache holds them) can change an assignment:
+// a shard label or the deletion of a ManifestSync, the holder of a Lease
+// or its acquisition (a process taking it, a restart under one ID). A
+// status write (a new resourceVersion, nothing else) or a Lease's renewal
+// cannot: a renewal extends an expiry the pass already waits for, and the
+// pass at that time finds the Lease renewed.
+func changesShards(before, after any) bool {
+	switch a := after.(type) {
+	case *metav1.PartialObjectMetadata:
+		b, ok := before.(*metav1.PartialObjectMetadata)
+		return !ok || b.Labels[OwnerLabel] != a.Labels[OwnerLabel] || b.Labels[DrainLabel] != a.Labels[DrainLabel] ||
+			!b.DeletionTimestamp.Equal(a.DeletionTimestamp)
+	case *coordinationv1.Lease:
+		b, ok := before.(*coordinationv1.Lease)
+		return !ok || ptr.Deref(b.Spec.HolderIdentity, "") != ptr.Deref(a.Spec.HolderIdentity, "") ||
+			ptr.Deref(b.Spec.LeaseDurationSeconds, 0) != ptr.Deref(a.Spec.LeaseDurationSeconds, 0) ||
+			!b.Spec.AcquireTime.Equal(a.Spec.AcquireTime)
+	}
+	return true
 }
 
 func msMeta() *metav1.PartialObjectMetadata {
@@ -162,8 +212,12 @@ func (s *Sharder) Start(ctx context.Context) error {
 func (s *Sharder) startCache(ctx context.Context) error {
 	go func() { _ = s.cache.Start(ctx) }()
 	handler := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.poke() },
-		UpdateFunc: func(any, any) { s.poke() },
+		AddFunc: func(any) { s.poke() },
+		UpdateFunc: func(before, after any) {
+			if changesShards(before, after) {
+				s.poke()
+			}
+		},
 		DeleteFunc: func(any) { s.poke() },
 	}
 	for _, obj := range []client.Object{msMeta(), &coordinationv1.Lease{}} {
@@ -190,6 +244,7 @@ func (s *Sharder) loop(ctx context.Context) error {
 	}
 	s.hand.reset(time.Now())
 	for {
+		s.passes.Add(1)
 		next, err := s.pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.Log.Error(err, "sharding")

@@ -786,3 +786,84 @@ func TestSharderCollectsDeadLeases(t *testing.T) {
 		t.Error("a Lease renewed within DeadLeaseAge was deleted")
 	}
 }
+
+// The sharder runs a pass for what can change an assignment (a shard
+// label, a deletion, a Lease's holder), not for the status writes of the
+// ManifestSyncs it watches nor for each renewal of a Lease: 100 status
+// writes and the renewals of 6 s make a handful of passes (the expiries
+// it waits for), not one each. A relabel still wakes it at once. Its
+// cache keeps of each ManifestSync its shard labels and identity only.
+func TestSharderQuietOnStatusWrites(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	var syncs []*v1alpha1.ManifestSync
+	for i := range 5 {
+		ms := &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("q%d", i), Labels: map[string]string{"test": ns},
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4096)}},
+			Spec: v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "dev", Namespace: ns}}}}
+		if err := env.Client.Create(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+		syncs = append(syncs, ms)
+	}
+	m := &Member{Client: env.Client, Namespace: ns, ID: "quiet-1", LeaseDuration: testLease, RenewDeadline: testLease - testMargin, RetryPeriod: testRenew}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go func() { _ = m.Run(mctx) }()
+	s, err := NewSharder(env.Config, env.Scheme, env.Client, ns, labels.SelectorFromSet(labels.Set{"test": ns}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Resync = time.Hour
+	sctx, scancel := context.WithCancel(ctx)
+	sdone := make(chan error, 1)
+	go func() { sdone <- s.Start(sctx) }()
+	defer func() { scancel(); <-sdone }()
+	if own := converge(t, ns, len(syncs), "quiet-1"); len(own) != len(syncs) {
+		t.Fatalf("owners %v", own)
+	}
+	var held metav1.PartialObjectMetadataList
+	held.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ManifestSyncList"))
+	if err := s.cache.List(ctx, &held); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range held.Items {
+		if len(o.Annotations) != 0 || len(o.Labels) != 1 || o.Labels[OwnerLabel] != "quiet-1" {
+			t.Errorf("the sharder holds of %s annotations %d, labels %v; want its owner label only", o.Name, len(o.Annotations), o.Labels)
+		}
+	}
+
+	time.Sleep(500 * time.Millisecond) // the passes of the assignment are over
+	before := s.passes.Load()
+	start := time.Now()
+	for i := range 100 {
+		ms := syncs[i%len(syncs)]
+		cur := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ms), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.ObservedGeneration = int64(i + 1)
+		if err := env.Client.Status().Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(60 * time.Millisecond) // past the sharder's 50 ms of settling
+	}
+	elapsed := time.Since(start)
+	// At most a pass per expiry of the Lease it saw (renewed every
+	// testRenew, testLease long), and one spare.
+	if n, most := s.passes.Load()-before, int64(elapsed/(testLease-testRenew))+2; n > most {
+		t.Errorf("%d passes in %s of status writes and renewals, want at most %d", n, elapsed.Round(time.Millisecond), most)
+	}
+
+	// A relabel by hand wakes it: it takes the ManifestSync back.
+	cur := &v1alpha1.ManifestSync{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(syncs[0]), cur); err != nil {
+		t.Fatal(err)
+	}
+	delete(cur.Labels, OwnerLabel)
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, ns, len(syncs), "quiet-1")
+}
