@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -107,25 +108,25 @@ func TestOperatorWatchLabelSelector(t *testing.T) {
 	}
 
 	// Relabel sync-a into shard b and change what it makes, in one write.
-	ms := &v1alpha1.ManifestSync{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sync-a"}, ms); err != nil {
-		t.Fatal(err)
-	}
-	ms.Labels["shard"] = "b"
-	ms.Spec.Params = shardSync(ns, "sync-a", "two", nil).Spec.Params
-	moved := time.Now()
-	if err := env.Client.Update(ctx, ms); err != nil {
+	// Read and written again on a conflict: the operator writes the
+	// status in between.
+	var moved time.Time
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ms := &v1alpha1.ManifestSync{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sync-a"}, ms); err != nil {
+			return err
+		}
+		ms.Labels["shard"] = "b"
+		ms.Spec.Params = shardSync(ns, "sync-a", "two", nil).Spec.Params
+		moved = time.Now()
+		return env.Client.Update(ctx, ms)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	configMapHas(t, env, ns, "sync-a", "two", time.Minute)
 	// And once more, now that b holds it.
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sync-a"}, ms); err != nil {
-		t.Fatal(err)
-	}
-	ms.Spec.Params = shardSync(ns, "sync-a", "three", nil).Spec.Params
-	if err := env.Client.Update(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
+	setShardSync(t, env, ns, "sync-a", "three")
 	configMapHas(t, env, ns, "sync-a", "three", time.Minute)
 	time.Sleep(2 * time.Second)
 	a.stop(t)
