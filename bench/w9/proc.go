@@ -34,6 +34,12 @@ func startReplica(engine, kubeconfig, id, user, leaseNS, logFile string) (*repli
 		"--shards", "auto", "--shard-id", id, "--leader-election-namespace", leaseNS)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Started as a pod starts it: its binary read in from the disk (pages
+	// the running replicas map stay).
+	if err := harness.Evict(engine); err != nil {
+		log.Close()
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("starting replica %s: %w", id, err)

@@ -71,8 +71,8 @@ func (b *bench) rows(doubles []Double, stats WriteStats) []harness.Row {
 		}
 		r := harness.Compare(workload, fmt.Sprintf("time to all %d Ready (%d replicas)", b.cfg.Syncs, n), "s", b.ready[n], b.ready[base], one, target, pass)
 		if !r.Pass {
-			r.Note = fmt.Sprintf("%v s against %v s over the rounds; the %d cores (GOMAXPROCS %d) are shared by the API server, etcd and every replica with its evaluation workers",
-				round1(b.ready[n]), round1(b.ready[base]), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+			r.Note = fmt.Sprintf("%v s against %v s over the rounds; the %d cores (GOMAXPROCS %d) are shared by the API server, etcd and every replica with its evaluation workers, and were busy %v%% of the time until all were Ready with %d replicas, %v%% with 1: more replicas add no CPU to share",
+				round1(b.ready[n]), round1(b.ready[base]), runtime.NumCPU(), runtime.GOMAXPROCS(0), round0(b.busy[n]), n, round0(b.busy[base]))
 		}
 		rows = append(rows, r)
 	}
@@ -100,6 +100,14 @@ func (b *bench) notes(doubles []Double, stats WriteStats) []string {
 	}
 	return []string{fmt.Sprintf("W9: %d ManifestSyncs of %d ConfigMaps each (an inline Starlark transform) in %d namespaces, over %v replicas of `engine operator --shards auto` (each a process of bin/engine, a user of the API server of its own; default Lease timings: 15 s, renewed every 2 s), %d rounds, every replica count from nothing (the replicas hold their Leases before the ManifestSyncs are created; time to all Ready from the first creation). With %d: replica %d joins and then stops (SIGTERM), and one replica not running the sharder is killed (SIGKILL) as the params of its ManifestSyncs change. Memory is sampled every 50 ms per replica, with its evaluation workers. The API server's audit log held %d writes of ConfigMaps by %d replica users (%d ConfigMaps, each counted once per run of replicas); %s.",
 		b.cfg.Syncs, objects, spread, b.cfg.Replicas, b.cfg.Rounds, top, top+1, stats.Writes, stats.Users, stats.Objects, closest)}
+}
+
+func round0(vs []float64) []float64 {
+	out := make([]float64, len(vs))
+	for i, v := range vs {
+		out[i] = float64(int(v + 0.5))
+	}
+	return out
 }
 
 func round1(vs []float64) []float64 {

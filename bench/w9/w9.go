@@ -189,6 +189,9 @@ type bench struct {
 	// workers, the most evaluation workers the replica of the largest
 	// peak ran at once.
 	ready, rss, anon, file, own, workers, most, fewest map[int][]float64
+	// busy is the share of the machine's CPU time busy (%) from the
+	// first creation until all were Ready.
+	busy map[int][]float64
 	// Of the largest count, each round: ManifestSyncs moved when one more
 	// joined, and the ideal; seconds from the killed replica's Lease
 	// expiry to the last of its ManifestSyncs Ready elsewhere; those
@@ -199,7 +202,7 @@ type bench struct {
 func newBench(ctx context.Context, c *harness.Cluster, cfg Config) (*bench, error) {
 	b := &bench{c: c, cfg: cfg, engine: cfg.Engine, logs: cfg.Logs,
 		ready: map[int][]float64{}, rss: map[int][]float64{}, anon: map[int][]float64{}, file: map[int][]float64{}, own: map[int][]float64{}, workers: map[int][]float64{},
-		most: map[int][]float64{}, fewest: map[int][]float64{}}
+		most: map[int][]float64{}, fewest: map[int][]float64{}, busy: map[int][]float64{}}
 	if b.logs == "" {
 		dir, err := os.MkdirTemp("", "bench-w9-")
 		if err != nil {
@@ -352,6 +355,10 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 	}
 
 	// From nothing to all Ready.
+	cpu0, err := harness.ReadCPUTimes()
+	if err != nil {
+		return err
+	}
 	begin := time.Now()
 	err = harness.Parallel(b.cfg.Syncs, setupWorkers, func(i int) error {
 		return b.client.Create(ctx, manifestSync(key(i), fmt.Sprintf("round-%d", round)))
@@ -369,6 +376,11 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 	}
 	tr.mu.Unlock()
 	b.ready[n] = append(b.ready[n], last.Sub(begin).Seconds())
+	cpu1, err := harness.ReadCPUTimes()
+	if err != nil {
+		return err
+	}
+	b.busy[n] = append(b.busy[n], 100*cpu1.BusySince(cpu0))
 	time.Sleep(settle)
 	var peakRSS, peakAnon, peakFile, peakOwn int64
 	peakWorkers := 0
