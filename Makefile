@@ -25,8 +25,9 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: build
-build: ## Build bin/engine.
+build: ## Build bin/engine and bin/engine-worker (the evaluation worker alone, which the image's engine starts for its workers).
 	CGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine-worker ./cmd/engine-worker
 
 # bin/engine is built as the image builds it: static, and without the Go
 # plugin support that kustomize's plugin loader would link (which makes the

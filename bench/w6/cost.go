@@ -112,9 +112,14 @@ func RunCost(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row
 		harness.Compare(costWorkload, "W6's replication (1 Secret to 1,000 namespaces): peak RSS (operator + eval workers)", "MiB", syncRuns[0], syncRuns[1], baseline, "≤ 1.1×", func(q float64) bool { return q <= 1.1 }),
 		harness.Compare(costWorkload, "W6's replication: peak anonymous memory (RssAnon)", "MiB", b.anon[0], b.anon[1], baseline, "≤ 1.1×", func(q float64) bool { return q <= 1.1 }),
 	)
+	wrows, wnotes, err := workerRows(ctx, c.Root, b.engine, rounds)
+	if err != nil {
+		return rows, nil, errors.Join(fmt.Errorf("w12: %w", err), b.cleanup(ctx))
+	}
+	rows = append(rows, wrows...)
 	notes := []string{fmt.Sprintf("W12: bin/engine is %d bytes, %+.2f MiB against %s's %d bytes.", fileBytes(b.engine), sizeOurs-sizeBase, rev, fileBytes(baseBin)),
 		fmt.Sprintf("W12: the baseline is bin/engine built from commit %s (bench/run -base) in a git worktree of this repository, with the same Go toolchain and module cache; both binaries ran alternately on one control plane, %d rounds of each measure. The file-backed part of the resident set grows with the binary (its pages are mapped as they are touched), which is why the anonymous rows are the ones judged.", rev, max(rounds, 3))}
-	return rows, notes, b.cleanup(ctx)
+	return rows, append(notes, wnotes...), b.cleanup(ctx)
 }
 
 // fileBytes is the size of a file; 0 when it cannot be read.

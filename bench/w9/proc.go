@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/manifestsync/manifestsync/bench/harness"
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 // replicaProc is one replica: bin/engine operator --shards auto as a
@@ -23,8 +24,10 @@ type replicaProc struct {
 }
 
 // startReplica starts replica id of bin/engine with kubeconfig, its Lease
-// and the sharder's election in leaseNS, its log in logFile.
-func startReplica(engine, kubeconfig, id, user, leaseNS, logFile string) (*replicaProc, error) {
+// and the sharder's election in leaseNS, its log in logFile, its
+// evaluation workers processes of worker (bin/engine-worker), as in the
+// image.
+func startReplica(engine, worker, kubeconfig, id, user, leaseNS, logFile string) (*replicaProc, error) {
 	log, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
@@ -33,6 +36,7 @@ func startReplica(engine, kubeconfig, id, user, leaseNS, logFile string) (*repli
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", harness.TrustAll,
 		"--shards", "auto", "--shard-id", id, "--leader-election-namespace", leaseNS)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), enginebuild.WorkerEnv+"="+worker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Started as a pod starts it: its binary read in from the disk (pages
 	// the running replicas map stay).

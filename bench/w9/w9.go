@@ -176,6 +176,9 @@ type bench struct {
 	c      *harness.Cluster
 	cfg    Config
 	engine string
+	// worker is bin/engine-worker, built beside engine: the replicas
+	// start their evaluation workers with it, as the image's engine does.
+	worker string
 	logs   string
 	tmp    string // removed at the end, if the logs are there
 	client client.WithWatch
@@ -215,6 +218,10 @@ func newBench(ctx context.Context, c *harness.Cluster, cfg Config) (*bench, erro
 		if out, err := enginebuild.Command(ctx, c.Root, b.engine).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building bin/engine: %w\n%s", err, out)
 		}
+	}
+	b.worker = filepath.Join(filepath.Dir(b.engine), "engine-worker")
+	if out, err := enginebuild.WorkerCommand(ctx, c.Root, b.worker).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building engine-worker: %w\n%s", err, out)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -327,7 +334,7 @@ func (b *bench) run(ctx context.Context, round, n int, full bool) (err error) {
 		if err != nil {
 			return err
 		}
-		r, err := startReplica(b.engine, kc, id, user, leaseNS, filepath.Join(b.logs, user+".log"))
+		r, err := startReplica(b.engine, b.worker, kc, id, user, leaseNS, filepath.Join(b.logs, user+".log"))
 		if err != nil {
 			return err
 		}

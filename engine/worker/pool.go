@@ -41,7 +41,9 @@ type Options struct {
 	// it first. A kill still names Timeout. Default 0.
 	Grace time.Duration
 	// Command starts a worker: a program that calls Serve on its stdin and
-	// stdout. Default: this executable with the argument "eval-worker".
+	// stdout. Default: the program $MANIFESTSYNC_EVAL_WORKER names (the
+	// image's /engine-worker), else this executable with the argument
+	// "eval-worker".
 	Command []string
 	// Env is added to the worker's environment (which is the parent's).
 	Env []string
@@ -56,6 +58,14 @@ type Options struct {
 	SpawnDelay time.Duration
 }
 
+// CommandEnv names the environment variable that, when set, is the
+// program a pool starts its workers with (Options.Command's default): a
+// build of cmd/engine-worker, which links the evaluators and nothing of
+// the operator, so that each worker maps a smaller executable than
+// bin/engine. It must be of the same build as the program that starts
+// it (the image ships both, and sets it).
+const CommandEnv = "MANIFESTSYNC_EVAL_WORKER"
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
@@ -67,6 +77,10 @@ func (o Options) withDefaults() (Options, error) {
 		o.Timeout = DefaultTimeout
 	}
 	if len(o.Command) == 0 {
+		if c := os.Getenv(CommandEnv); c != "" {
+			o.Command = []string{c}
+			return o, nil
+		}
 		exe, err := os.Executable()
 		if err != nil {
 			return o, fmt.Errorf("eval workers: finding this executable: %w", err)
@@ -370,6 +384,9 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	})
 	if err != nil {
 		p.forget(w)
+		if len(p.opts.Command) == 1 && p.opts.Command[0] == os.Getenv(CommandEnv) {
+			return nil, fmt.Errorf("starting an eval worker (%s): %w", CommandEnv, err)
+		}
 		return nil, fmt.Errorf("starting an eval worker: %w", err)
 	}
 	return w, nil
@@ -464,6 +481,9 @@ func startProcess(opts Options) (*process, error) {
 	if err != nil {
 		inW.Close()
 		outR.Close()
+		if len(opts.Command) == 1 && opts.Command[0] == os.Getenv(CommandEnv) {
+			return nil, fmt.Errorf("starting an eval worker (%s): %w", CommandEnv, err)
+		}
 		return nil, fmt.Errorf("starting an eval worker: %w", err)
 	}
 	w.pid = cmd.Process.Pid

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -529,4 +530,44 @@ func TestPoolSpawnDelay(t *testing.T) {
 	}
 	_ = q.Close() // ends the long one
 	<-done
+}
+
+// With MANIFESTSYNC_EVAL_WORKER set, a pool without a Command starts the
+// program it names (here this test binary, serving as a worker through
+// workerEnv); one that is missing fails to start with the variable named;
+// an explicit Command wins over it.
+func TestPoolCommandEnv(t *testing.T) {
+	t.Setenv(workerEnv, "1")
+	t.Setenv(CommandEnv, os.Args[0])
+	p, err := New(Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if got := p.opts.Command; !slices.Equal(got, []string{os.Args[0]}) {
+		t.Fatalf("command %q, want %q from %s", got, os.Args[0], CommandEnv)
+	}
+	if _, err := p.Evaluate(context.Background(), exampleSpec(t), engine.Options{}); err != nil {
+		t.Fatalf("evaluating in the worker %s names: %v", CommandEnv, err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "engine-worker")
+	t.Setenv(CommandEnv, missing)
+	q, err := New(Options{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	_, err = q.Evaluate(context.Background(), exampleSpec(t), engine.Options{})
+	if err == nil || !strings.Contains(err.Error(), CommandEnv) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a worker %s names that does not exist: %v, want an error naming both", CommandEnv, err)
+	}
+
+	r, err := New(Options{Workers: 1, Command: []string{"sh", "-c", "exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.opts.Command; got[0] != "sh" {
+		t.Errorf("an explicit Command became %q", got)
+	}
 }

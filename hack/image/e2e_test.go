@@ -127,6 +127,53 @@ func TestImageReproduciblePushedRuns(t *testing.T) {
 	if !strings.HasPrefix(stdout.String(), want) {
 		t.Errorf("chroot DIR /engine version = %q, want it to start with %q", stdout.String(), want)
 	}
+
+	// An evaluation by the image's engine runs in the image's worker, as
+	// the image's environment names it (outside the chroot, which has no
+	// /proc for the worker to watch its memory in; a pod has one): and
+	// only there, since a worker that is not there fails it.
+	sync := `apiVersion: manifestsync.dev/v1alpha1
+kind: ManifestSync
+metadata: {name: app, namespace: team}
+spec:
+  params: {v: in-the-image}
+  transform:
+    starlark:
+      inline: |
+        def main(ctx):
+            return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"v": ctx.params["v"]}}]
+  targets: [{name: here, namespace: team}]
+`
+	syncFile := filepath.Join(t.TempDir(), "sync.yaml")
+	if err := os.WriteFile(syncFile, []byte(sync), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, e := range cf.Config.Env {
+		if v, ok := strings.CutPrefix(e, workerEnv+"="); ok {
+			e = workerEnv + "=" + filepath.Join(rootfs, v)
+		}
+		env = append(env, e)
+	}
+	if !slices.Contains(env, workerEnv+"="+filepath.Join(rootfs, workerPath)) {
+		t.Fatalf("the image's environment %q names no worker", cf.Config.Env)
+	}
+	cmd = exec.CommandContext(ctx, filepath.Join(rootfs, enginePath), "eval", "-f", syncFile)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "in-the-image") {
+		t.Fatalf("the image's engine eval: %v\n%s", err, out)
+	}
+	cmd = exec.CommandContext(ctx, filepath.Join(rootfs, enginePath), "eval", "-f", syncFile)
+	cmd.Env = append(env, workerEnv+"="+filepath.Join(rootfs, "none"))
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), workerEnv) {
+		t.Errorf("the image's engine eval with %s naming nothing: %v, want a failure naming it:\n%s", workerEnv, err, out)
+	}
+	stdout.Reset()
+	cmd = exec.CommandContext(ctx, "chroot", rootfs, "/engine-worker", "version")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil || !strings.HasPrefix(stdout.String(), "engine-worker "+m.Version+" commit "+m.Commit+" ") {
+		t.Errorf("chroot DIR /engine-worker version = %q (%v), want the engine's version and commit", stdout.String(), err)
+	}
 }
 
 // platformOf finds the image of one platform in an index.

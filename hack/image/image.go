@@ -18,8 +18,20 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// The engine's path in the image, its entrypoint.
-const enginePath = "/engine"
+// The engine's path in the image, its entrypoint, and the evaluation
+// worker's (cmd/engine-worker), which the engine starts for every worker
+// as the image's environment names it (workerEnv).
+const (
+	enginePath = "/engine"
+	workerPath = "/engine-worker"
+	workerEnv  = "MANIFESTSYNC_EVAL_WORKER" // worker.CommandEnv
+)
+
+// The binaries of each platform, in the directory compileEngine fills.
+const (
+	engineFile = "engine"
+	workerFile = "engine-worker"
+)
 
 // labels are the OCI annotations the image config, every manifest and the
 // index carry.
@@ -34,8 +46,9 @@ func labels(m Meta) map[string]string {
 }
 
 // assemble makes the index: one image per platform, each the shared base
-// layer and the platform's engine binary (bins maps "os/arch" to a file),
-// every timestamp m.Created.
+// layer and the platform's engine and worker binaries (bins maps "os/arch"
+// to a directory holding engineFile and workerFile), every timestamp
+// m.Created.
 func assemble(m Meta, b Base, plats []v1.Platform, bins map[string]string) (v1.ImageIndex, error) {
 	baseTar, err := tarLayer(baseEntries(b), m.Created)
 	if err != nil {
@@ -67,14 +80,18 @@ func assemble(m Meta, b Base, plats []v1.Platform, bins map[string]string) (v1.I
 	return mutate.Annotations(idx, annotations).(v1.ImageIndex), nil
 }
 
-// platformImage is the base layer, the engine layer and a config that runs
-// the engine as the nonroot user.
-func platformImage(m Meta, p v1.Platform, base v1.Layer, bin string) (v1.Image, error) {
-	data, err := os.ReadFile(bin)
+// platformImage is the base layer, the engine layer (the engine and its
+// worker) and a config that runs the engine as the nonroot user.
+func platformImage(m Meta, p v1.Platform, base v1.Layer, bins string) (v1.Image, error) {
+	engineBin, err := os.ReadFile(filepath.Join(bins, engineFile))
 	if err != nil {
 		return nil, fmt.Errorf("engine binary: %w", err)
 	}
-	engineTar, err := tarLayer([]entry{{Name: enginePath, Mode: 0o755, Data: data}}, m.Created)
+	workerBin, err := os.ReadFile(filepath.Join(bins, workerFile))
+	if err != nil {
+		return nil, fmt.Errorf("engine-worker binary: %w", err)
+	}
+	engineTar, err := tarLayer([]entry{{Name: enginePath, Mode: 0o755, Data: engineBin}, {Name: workerPath, Mode: 0o755, Data: workerBin}}, m.Created)
 	if err != nil {
 		return nil, fmt.Errorf("engine layer: %w", err)
 	}
@@ -88,7 +105,7 @@ func platformImage(m Meta, p v1.Platform, base v1.Layer, bin string) (v1.Image, 
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
 			Created: created, CreatedBy: "hack/image: users, CA certificates (Debian ca-certificates), /tmp"}},
 		mutate.Addendum{Layer: engine, MediaType: types.OCILayer, History: v1.History{
-			Created: created, CreatedBy: "hack/image: " + enginePath + " " + m.Version + " (" + m.Commit + ")"}},
+			Created: created, CreatedBy: "hack/image: " + enginePath + " and " + workerPath + " " + m.Version + " (" + m.Commit + ")"}},
 	)
 	if err != nil {
 		return nil, err
@@ -104,7 +121,7 @@ func platformImage(m Meta, p v1.Platform, base v1.Layer, bin string) (v1.Image, 
 		User:       fmt.Sprint(nonrootUID),
 		Entrypoint: []string{enginePath},
 		WorkingDir: "/",
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"},
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt", workerEnv + "=" + workerPath},
 		Labels:     labels(m),
 	}
 	return mutate.ConfigFile(img, cf)

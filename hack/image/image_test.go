@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
+	"github.com/manifestsync/manifestsync/engine/worker"
 )
 
 func testMeta() Meta {
@@ -25,17 +26,23 @@ func testMeta() Meta {
 	}
 }
 
-// fakeBinaries writes one small file per platform in place of the engine.
+// fakeBinaries writes a directory of two small files per platform in
+// place of the engine and its worker.
 func fakeBinaries(t *testing.T, plats []v1.Platform) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	bins := map[string]string{}
 	for _, p := range plats {
-		f := filepath.Join(dir, p.Architecture)
-		if err := os.WriteFile(f, []byte("engine for "+p.String()), 0o755); err != nil {
+		d := filepath.Join(dir, p.Architecture)
+		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		bins[p.String()] = f
+		for _, f := range []string{engineFile, workerFile} {
+			if err := os.WriteFile(filepath.Join(d, f), []byte(f+" for "+p.String()), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bins[p.String()] = d
 	}
 	return bins
 }
@@ -103,7 +110,7 @@ func TestAssembleReproducible(t *testing.T) {
 	if d, _ := layoutDigest(t, later, bins); d == d1 {
 		t.Errorf("another commit time gives the same digest %s", d)
 	}
-	if err := os.WriteFile(bins["linux/arm64"], []byte("another engine"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(bins["linux/arm64"], workerFile), []byte("another worker"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := layoutDigest(t, m, bins); d == d1 {
@@ -154,6 +161,9 @@ func TestAssembleConfig(t *testing.T) {
 		}
 		if cf.Config.User != "65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/engine"}) {
 			t.Errorf("%s: user %q entrypoint %q, want 65532 [/engine]", plats[i], cf.Config.User, cf.Config.Entrypoint)
+		}
+		if !slices.Contains(cf.Config.Env, "MANIFESTSYNC_EVAL_WORKER=/engine-worker") {
+			t.Errorf("%s: env %q: the engine would start its workers as itself, not /engine-worker", plats[i], cf.Config.Env)
 		}
 		for k, want := range map[string]string{
 			"org.opencontainers.image.source":   m.Source,
@@ -231,5 +241,12 @@ func TestCompileUsage(t *testing.T) {
 	stderr.Reset()
 	if code := run(t.Context(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "image compile [-platforms LIST]") {
 		t.Errorf("no arguments: exit %d, usage %q", code, stderr.String())
+	}
+}
+
+// The image names its worker in the variable the pool reads.
+func TestWorkerEnv(t *testing.T) {
+	if workerEnv != worker.CommandEnv {
+		t.Errorf("the image sets %q, the pool reads %q", workerEnv, worker.CommandEnv)
 	}
 }

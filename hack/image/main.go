@@ -150,14 +150,14 @@ func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
-// compileAll builds the engine for each platform into dir and returns the
-// binaries by platform. It says which build runs, every progressEvery
+// compileAll builds the engine and its worker for each platform into a
+// directory under dir and returns the directories by platform. It says which build runs, every progressEvery
 // while it does (a cold cross-build takes minutes), and how long each took.
 func compileAll(ctx context.Context, dir string, plats []v1.Platform, meta Meta, stderr io.Writer) (map[string]string, error) {
 	bins := map[string]string{}
 	for _, p := range plats {
-		bin := filepath.Join(dir, "engine-"+strings.ReplaceAll(p.String(), "/", "-"))
-		what := "engine for " + p.String()
+		bin := filepath.Join(dir, strings.ReplaceAll(p.String(), "/", "-"))
+		what := "engine and engine-worker for " + p.String()
 		fmt.Fprintf(stderr, "image: building %s\n", what)
 		start := time.Now()
 		stop := progress(stderr, what, start, progressEvery)

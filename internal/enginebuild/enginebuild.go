@@ -32,9 +32,25 @@ const Tags = "kustomize_disable_go_plugin_support"
 // with the image's settings (hack/image adds its -ldflags, GOOS and
 // GOARCH) and extra go build flags before the package.
 func Command(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
+	return build(ctx, dir, out, "./cmd/engine", extra)
+}
+
+// WorkerCommand is Command for ./cmd/engine-worker, the evaluation worker
+// the image ships beside the engine (and names in
+// MANIFESTSYNC_EVAL_WORKER): what measures the operator as the image runs
+// it builds both.
+func WorkerCommand(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
+	return build(ctx, dir, out, "./cmd/engine-worker", extra)
+}
+
+func build(ctx context.Context, dir, out, pkg string, extra []string) *exec.Cmd {
 	args := append([]string{"build", "-trimpath", "-tags", Tags, "-o", out}, extra...)
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/engine")...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return cmd
 }
+
+// WorkerEnv is the environment variable that names the worker binary to
+// the engine (worker.CommandEnv, which this package does not import).
+const WorkerEnv = "MANIFESTSYNC_EVAL_WORKER"

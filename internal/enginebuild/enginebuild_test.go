@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/manifestsync/manifestsync/engine/worker"
 )
 
 // The engine as built links no Go plugin support, and the tag is what
@@ -46,5 +48,12 @@ func TestNoGoPluginSupport(t *testing.T) {
 	cmd := Command(context.Background(), root, "/bin/out")
 	if !slices.Contains(cmd.Env, "CGO_ENABLED=0") || !slices.Contains(cmd.Args, Tags) || cmd.Args[len(cmd.Args)-1] != "./cmd/engine" {
 		t.Errorf("Command: %v %v", cmd.Env[len(cmd.Env)-1], cmd.Args)
+	}
+}
+
+// WorkerEnv is the variable the pool reads.
+func TestWorkerEnv(t *testing.T) {
+	if WorkerEnv != worker.CommandEnv {
+		t.Errorf("WorkerEnv %q, the pool reads %q", WorkerEnv, worker.CommandEnv)
 	}
 }
