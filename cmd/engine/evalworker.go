@@ -9,6 +9,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/engine/worker"
 	helmrender "github.com/manifestsync/manifestsync/helm"
+	"github.com/manifestsync/manifestsync/internal/lean"
 	"github.com/manifestsync/manifestsync/operator/controller"
 )
 
@@ -23,6 +24,9 @@ func newEvalWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if lean.Operator {
+				return failed(fmt.Errorf("eval-worker: %w", lean.ErrNotLinked))
+			}
 			if err := worker.ServeStdioWith(worker.ServeOptions{Helm: helmrender.Renderer{}, Stuck: helmrender.Stuck}); err != nil {
 				return failed(err)
 			}
@@ -78,6 +82,9 @@ func (f *evalWorkerFlags) budget() int64 {
 // to stop it.
 func (f *evalWorkerFlags) evaluator() (controller.Evaluator, func(), error) {
 	if f.inProcess {
+		if lean.Operator {
+			return nil, nil, usageErr("operator: --eval-in-process: %v", lean.ErrNotLinked)
+		}
 		return nil, func() {}, nil
 	}
 	if f.workers < 1 {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/internal/lean"
 )
 
 // Defaults of Options.
@@ -43,7 +45,8 @@ type Options struct {
 	// Command starts a worker: a program that calls Serve on its stdin and
 	// stdout. Default: the program $MANIFESTSYNC_EVAL_WORKER names (the
 	// image's /engine-worker), else this executable with the argument
-	// "eval-worker".
+	// "eval-worker", or, in the lean engine (internal/lean), the
+	// engine-worker beside this executable.
 	Command []string
 	// Env is added to the worker's environment (which is the parent's).
 	Env []string
@@ -56,6 +59,10 @@ type Options struct {
 	// another: a process costs tens of MiB and its start, and a short
 	// evaluation ends sooner. Zero starts one at once.
 	SpawnDelay time.Duration
+
+	// from says where a default Command came from, for the error when it
+	// does not start.
+	from string
 }
 
 // CommandEnv names the environment variable that, when set, is the
@@ -65,6 +72,10 @@ type Options struct {
 // bin/engine. It must be of the same build as the program that starts
 // it (the image ships both, and sets it).
 const CommandEnv = "MANIFESTSYNC_EVAL_WORKER"
+
+// WorkerBinary is the file name of cmd/engine-worker's build, which the
+// lean engine looks for beside itself.
+const WorkerBinary = "engine-worker"
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Workers <= 0 {
@@ -78,12 +89,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if len(o.Command) == 0 {
 		if c := os.Getenv(CommandEnv); c != "" {
-			o.Command = []string{c}
+			o.Command, o.from = []string{c}, CommandEnv
 			return o, nil
 		}
 		exe, err := os.Executable()
 		if err != nil {
 			return o, fmt.Errorf("eval workers: finding this executable: %w", err)
+		}
+		if lean.Operator {
+			// The lean engine has no evaluators to serve with: its
+			// workers are the engine-worker beside it.
+			o.Command, o.from = []string{filepath.Join(filepath.Dir(exe), WorkerBinary)}, "the lean engine evaluates in the "+WorkerBinary+" beside it"
+			return o, nil
 		}
 		o.Command = []string{exe, "eval-worker"}
 	}
@@ -364,6 +381,9 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	}
 	w, err := startProcess(p.opts)
 	if err != nil {
+		if p.opts.from != "" {
+			return nil, fmt.Errorf("%w (%s)", err, p.opts.from)
+		}
 		return nil, err
 	}
 	p.mu.Lock()
@@ -384,8 +404,8 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	})
 	if err != nil {
 		p.forget(w)
-		if len(p.opts.Command) == 1 && p.opts.Command[0] == os.Getenv(CommandEnv) {
-			return nil, fmt.Errorf("starting an eval worker (%s): %w", CommandEnv, err)
+		if p.opts.from != "" {
+			return nil, fmt.Errorf("starting an eval worker (%s): %w", p.opts.from, err)
 		}
 		return nil, fmt.Errorf("starting an eval worker: %w", err)
 	}
@@ -481,9 +501,6 @@ func startProcess(opts Options) (*process, error) {
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		if len(opts.Command) == 1 && opts.Command[0] == os.Getenv(CommandEnv) {
-			return nil, fmt.Errorf("starting an eval worker (%s): %w", CommandEnv, err)
-		}
 		return nil, fmt.Errorf("starting an eval worker: %w", err)
 	}
 	w.pid = cmd.Process.Pid

@@ -10,6 +10,7 @@
 package cue
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"runtime"
@@ -19,6 +20,22 @@ import (
 
 	"github.com/manifestsync/manifestsync/schemas"
 )
+
+// ErrTimeout is returned when a CUE program runs longer than its context
+// allows.
+var ErrTimeout = errors.New("CUE evaluation exceeded its time limit")
+
+// Input is what a CUE transform is given for one target. Each field is
+// filled into the package at the top level under its JSON name: params,
+// target and inputs.
+type Input struct {
+	// Params are spec.params merged with the target's params.
+	Params map[string]any
+	// Target describes the target: name, namespace, cluster, labels.
+	Target map[string]any
+	// Inputs are the objects of the sources.
+	Inputs []map[string]any
+}
 
 // Position is a place in a CUE file. File is "NAME/relative/path.cue",
 // NAME being the name the schema set was loaded with ("builtin:k8s" for a

@@ -1,3 +1,5 @@
+//go:build !leanoperator
+
 package cue
 
 import (

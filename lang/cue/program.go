@@ -1,3 +1,5 @@
+//go:build !leanoperator
+
 package cue
 
 import (
@@ -10,10 +12,6 @@ import (
 
 	"cuelang.org/go/cue"
 )
-
-// ErrTimeout is returned when a CUE program runs longer than its context
-// allows.
-var ErrTimeout = errors.New("CUE evaluation exceeded its time limit")
 
 // anonymousPackage is the package given to program files without one.
 const anonymousPackage = "transform"

@@ -1,3 +1,5 @@
+//go:build !leanoperator
+
 package cue
 
 import (
@@ -6,18 +8,6 @@ import (
 
 	"cuelang.org/go/cue"
 )
-
-// Input is what a CUE transform is given for one target. Each field is
-// filled into the package at the top level under its JSON name: params,
-// target and inputs.
-type Input struct {
-	// Params are spec.params merged with the target's params.
-	Params map[string]any
-	// Target describes the target: name, namespace, cluster, labels.
-	Target map[string]any
-	// Inputs are the objects of the sources.
-	Inputs []map[string]any
-}
 
 // Transform is a CUE package that computes the objects of a target: the
 // engine fills in params, target and inputs, and exports the value at an

@@ -5,6 +5,7 @@ import (
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/engine"
+	"github.com/manifestsync/manifestsync/internal/lean"
 )
 
 // Evaluator runs the engine over a ManifestSync's spec and snapshots:
@@ -42,7 +43,8 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // Starlark or CUE; CUE schemas or policies read from a source; a
 // kustomize build, whose plugins and generators are programs of a kind
 // too; a chart's templates, which may loop without end), or it parses
-// files of a git source. Parsing is bounded by no byte
+// files of a git source. In the lean engine (internal/lean), which links
+// no CUE, builtin schemas are checked in a worker too. Parsing is bounded by no byte
 // limit: YAML takes 12 times its size in memory for ordinary manifests
 // and 100 times for dense flow maps (an 8 MiB file, the largest a git
 // source may hold, 819 MiB), so a file that passes through (no transform,
@@ -54,7 +56,7 @@ func needsWorker(spec *v1alpha1.ManifestSyncSpec) bool {
 		return true
 	}
 	for _, s := range spec.Schemas {
-		if s.Builtin == "" {
+		if s.Builtin == "" || lean.Operator {
 			return true
 		}
 	}
