@@ -25,14 +25,16 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: build
-build: ## Build bin/engine and bin/engine-worker (the evaluation worker alone, which the image's engine starts for its workers).
+build: ## Build bin/engine (the full engine: every command, evaluating in copies of itself) and bin/engine-worker (the evaluators alone, the image's /engine-worker).
 	CGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine ./cmd/engine
 	CGO_ENABLED=0 $(GO) build -trimpath -tags $(ENGINE_TAGS) -o $(BIN)/engine-worker ./cmd/engine-worker
 
-# bin/engine is built as the image builds it: static, and without the Go
-# plugin support that kustomize's plugin loader would link (which makes the
-# binary 30 MB larger and an idle operator's resident set 19 MiB larger;
-# internal/enginebuild says why; its test checks these two lines).
+# bin/engine is built as the image builds its programs: static, and without
+# the Go plugin support that kustomize's plugin loader would link (which
+# makes the binary 30 MB larger and an idle operator's resident set 19 MiB
+# larger; internal/enginebuild says why; its test checks these two lines).
+# The image's /engine adds the tag leanoperator (internal/lean), which
+# leaves the evaluators out of it: they run in /engine-worker.
 ENGINE_TAGS = kustomize_disable_go_plugin_support
 
 # TEST_TIMEOUT bounds each test package's run (go test -timeout). Nothing

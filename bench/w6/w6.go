@@ -137,10 +137,10 @@ func (b *bench) rows(runs [][]float64) []harness.Row {
 	if !rss.Pass {
 		workers := "No evaluation worker started (this ManifestSync runs no program of its user)"
 		if k := harness.Median(b.kids); k > 0 {
-			workers = fmt.Sprintf("Its evaluation worker processes (--eval-workers, each a whole engine binary) peak at %.1f MiB together", k)
+			workers = fmt.Sprintf("Its evaluation worker processes (--eval-workers, each a process of engine-worker) peak at %.1f MiB together", k)
 		}
 		rss.Note = fmt.Sprintf("median %.1f MiB against %.1f MiB. The resident sets include file-backed pages (RssFile), mostly those of each side's executable, which this machine's kernel maps in large folios: "+
-			"of the operator's own peak (%.1f MiB), %.1f MiB are file-backed (bin/engine is %.0f MiB on disk), and its anonymous memory (heap, stacks) peaks at %.1f MiB; "+
+			"of the operator's own peak (%.1f MiB), %.1f MiB are file-backed (the image's engine is %.0f MiB on disk), and its anonymous memory (heap, stacks) peaks at %.1f MiB; "+
 			"the baseline's executable is %.0f MiB on disk, %.1f MiB of its resident set are file-backed, and its anonymous memory peaks at %.1f MiB. "+
 			"%s. The operator caches the metadata of the 1,000 namespaces, of its 1,000 copies and of the source's namespace's Secrets, the ManifestSync (whose status and inventory list 1,000 targets) and the evaluation result of 1,000 objects",
 			rss.Ours, rss.Base, harness.Median(b.own), harness.Median(b.file[0]), fileMiB(b.engine), anon.Ours,
@@ -171,19 +171,20 @@ func setup(ctx context.Context, c *harness.Cluster, dir string) (*bench, error) 
 	return b, b.populate(ctx)
 }
 
-// newBench builds bin/engine (and the baseline, with naive) and a client
-// of c, for a ManifestSync ns/ms with targets targets.
+// newBench builds the image's engine and its worker into dir/image (and
+// the baseline, with naive) and a client of c, for a ManifestSync ns/ms
+// with targets targets.
 func newBench(ctx context.Context, c *harness.Cluster, dir, ns, ms string, targets int, naive bool) (*bench, error) {
-	b := &bench{c: c, srcNS: ns, ms: ms, targets: targets, dir: dir, engine: filepath.Join(c.Root, "bin", "engine"), naiveBin: filepath.Join(dir, "naive")}
+	b := &bench{c: c, srcNS: ns, ms: ms, targets: targets, dir: dir, naiveBin: filepath.Join(dir, "naive")}
 	// Both as an image ships them: static (CGO_ENABLED=0), and the engine
-	// with its build tags (enginebuild).
-	builds := []*exec.Cmd{enginebuild.Command(ctx, c.Root, b.engine)}
+	// the lean one with its worker beside it (enginebuild.Image).
+	var err error
+	if b.engine, err = enginebuild.Image(ctx, c.Root, filepath.Join(dir, "image")); err != nil {
+		return nil, err
+	}
 	if naive {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.naiveBin, "./bench/w6/naive")
 		cmd.Dir, cmd.Env = c.Root, append(os.Environ(), "CGO_ENABLED=0")
-		builds = append(builds, cmd)
-	}
-	for _, cmd := range builds {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("%v: %w\n%s", cmd.Args, err, out)
 		}
@@ -195,7 +196,6 @@ func newBench(ctx context.Context, c *harness.Cluster, dir, ns, ms string, targe
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	var err error
 	b.client, err = client.NewWithWatch(c.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err

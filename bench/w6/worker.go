@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/manifestsync/manifestsync/bench/harness"
-	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
 // workerIdle is how long a worker runs, waiting for work, before its
@@ -53,15 +52,10 @@ func idleWorker(ctx context.Context, args ...string) (workerMemory, error) {
 	return m, nil
 }
 
-// workerRows compare an idle evaluation worker of bin/engine-worker
-// (built beside engine; the image's) with one of `engine eval-worker` (how
-// the engine starts its workers without MANIFESTSYNC_EVAL_WORKER),
-// alternating, rounds times.
-func workerRows(ctx context.Context, root, engine string, rounds int) ([]harness.Row, []string, error) {
-	worker := filepath.Join(filepath.Dir(engine), "engine-worker")
-	if out, err := enginebuild.WorkerCommand(ctx, root, worker).CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("building engine-worker: %w\n%s", err, out)
-	}
+// workerRows compare an idle evaluation worker of engine-worker (the
+// image's, worker) with one of `engine eval-worker` of a full engine
+// (full, how bin/engine starts its workers), alternating, rounds times.
+func workerRows(ctx context.Context, worker, full, baseline string, rounds int) ([]harness.Row, []string, error) {
 	var mem [2][]workerMemory
 	side := func(i int, args ...string) func() (float64, error) {
 		return func() (float64, error) {
@@ -70,7 +64,7 @@ func workerRows(ctx context.Context, root, engine string, rounds int) ([]harness
 			return m.rss, err
 		}
 	}
-	runs, err := harness.Rounds(rounds, side(0, worker), side(1, engine, "eval-worker"))
+	runs, err := harness.Rounds(rounds, side(0, worker), side(1, full, "eval-worker"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,13 +77,13 @@ func workerRows(ctx context.Context, root, engine string, rounds int) ([]harness
 	}
 	anon := func(m workerMemory) float64 { return m.anon }
 	file := func(m workerMemory) float64 { return m.file }
-	baseline := "`engine eval-worker` (bin/engine)"
+	baseline = "`engine eval-worker` of " + baseline
 	rows := []harness.Row{
-		harness.Compare(costWorkload, "bin/engine-worker size on disk", "MiB", []float64{fileMiB(worker)}, []float64{fileMiB(engine)}, "bin/engine", "reported", nil),
-		harness.Compare(costWorkload, "an idle evaluation worker, the image's bin/engine-worker: peak RSS", "MiB", runs[0], runs[1], baseline, "≤ 0.8×", func(q float64) bool { return q <= 0.8 }),
+		harness.Compare(costWorkload, "engine-worker size on disk", "MiB", []float64{fileMiB(worker)}, []float64{fileMiB(full)}, baseline, "reported", nil),
+		harness.Compare(costWorkload, "an idle evaluation worker, the image's engine-worker: peak RSS", "MiB", runs[0], runs[1], baseline, "≤ 0.8×", func(q float64) bool { return q <= 0.8 }),
 		harness.Compare(costWorkload, "an idle evaluation worker: anonymous memory (RssAnon)", "MiB", part(0, anon), part(1, anon), baseline, "reported", nil),
 		harness.Compare(costWorkload, "an idle evaluation worker: file-backed pages (RssFile)", "MiB", part(0, file), part(1, file), baseline, "reported", nil),
 	}
-	note := fmt.Sprintf("W12: an evaluation worker is a process of its own for each evaluation that runs at once (the operator keeps the last one used for --eval-idle-timeout). Measured %s after its start, waiting for work on its stdin, its binary evicted from the page cache before each start; bin/engine-worker links the evaluators and the worker protocol and nothing of the operator, the CLI or the Kubernetes clients but what Helm's template engine imports, so its start touches fewer pages of a smaller file.", workerIdle)
+	note := fmt.Sprintf("W12: an evaluation worker is a process of its own for each evaluation that runs at once (the operator keeps the last one used for --eval-idle-timeout). Measured %s after its start, waiting for work on its stdin, its binary evicted from the page cache before each start; engine-worker links the evaluators and the worker protocol and nothing of the operator, the CLI or the Kubernetes clients but what Helm's template engine imports, so its start touches fewer pages of a smaller file.", workerIdle)
 	return rows, []string{note}, nil
 }

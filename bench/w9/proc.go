@@ -12,7 +12,7 @@ import (
 	"github.com/manifestsync/manifestsync/internal/enginebuild"
 )
 
-// replicaProc is one replica: bin/engine operator --shards auto as a
+// replicaProc is one replica: the image's (lean) engine operator --shards auto as a
 // process of its own (in a process group of its own, with its evaluation
 // workers), as its own user of the API server.
 type replicaProc struct {
@@ -23,9 +23,9 @@ type replicaProc struct {
 	mem           *memSampler
 }
 
-// startReplica starts replica id of bin/engine with kubeconfig, its Lease
+// startReplica starts replica id of the image's engine with kubeconfig, its Lease
 // and the sharder's election in leaseNS, its log in logFile, its
-// evaluation workers processes of worker (bin/engine-worker), as in the
+// evaluation workers processes of worker (engine-worker), as in the
 // image.
 func startReplica(engine, worker, kubeconfig, id, user, leaseNS, logFile string) (*replicaProc, error) {
 	log, err := os.Create(logFile)
@@ -104,7 +104,7 @@ func (r *replicaProc) tail() string {
 // operator's evaluation workers), as W6 does: the peak of the sum of
 // their resident sets, and of the sum of their anonymous parts (RssAnon:
 // what the programs allocate, without the pages of the executable, which
-// are about the same in every process of bin/engine).
+// are about the same in every process of one binary).
 type memSampler struct {
 	pid  int
 	stop chan struct{}

@@ -78,10 +78,10 @@ func (b *bench) rows(doubles []Double, stats WriteStats) []harness.Row {
 	}
 	rss := harness.Compare(workload, fmt.Sprintf("peak RSS per replica, with its eval workers (the largest of %d)", top), "MiB",
 		b.rss[top], b.rss[base], one, "≤ 0.4×", func(q float64) bool { return q <= 0.4 })
-	rss.Note = fmt.Sprintf("evaluation workers run at once by that replica: %v over the rounds, against %v with 1 replica (each a process of bin/engine-worker, as in the image; another starts for an evaluation that waited 100 ms)",
+	rss.Note = fmt.Sprintf("evaluation workers run at once by that replica: %v over the rounds, against %v with 1 replica (each a process of engine-worker, as in the image; another starts for an evaluation that waited 100 ms)",
 		b.workers[top], b.workers[base])
 	if !rss.Pass {
-		rss.Note += fmt.Sprintf("; of the largest replica's peak, %.1f MiB (median) are file-backed pages of its process, mostly bin/engine's own, alike in every process whatever its share; its anonymous memory (RssAnon, with its workers') is a row below",
+		rss.Note += fmt.Sprintf("; of the largest replica's peak, %.1f MiB (median) are file-backed pages of its process, mostly its executable's own, alike in every process whatever its share; its anonymous memory (RssAnon, with its workers') is a row below",
 			harness.Median(b.file[top]))
 	}
 	own := harness.Compare(workload, fmt.Sprintf("peak RSS per replica, the operator process alone (VmHWM, the largest of %d)", top), "MiB",
@@ -98,7 +98,7 @@ func (b *bench) notes(doubles []Double, stats WriteStats) []string {
 	if stats.Moved > 0 {
 		closest = fmt.Sprintf("in one run, %d ConfigMaps were written by more than one replica (moved with their ManifestSync), the closest two such writes %s apart", stats.Moved, stats.Closest.Round(time.Millisecond))
 	}
-	return []string{fmt.Sprintf("W9: %d ManifestSyncs of %d ConfigMaps each (an inline Starlark transform) in %d namespaces, over %v replicas of `engine operator --shards auto` (each a process of bin/engine, a user of the API server of its own, its evaluation workers processes of bin/engine-worker as in the image; default Lease timings: 15 s, renewed every 2 s), %d rounds, every replica count from nothing (the replicas hold their Leases before the ManifestSyncs are created; time to all Ready from the first creation). With %d: replica %d joins and then stops (SIGTERM), and one replica not running the sharder is killed (SIGKILL) as the params of its ManifestSyncs change. Memory is sampled every 50 ms per replica, with its evaluation workers. The API server's audit log held %d writes of ConfigMaps by %d replica users (%d ConfigMaps, each counted once per run of replicas); %s.",
+	return []string{fmt.Sprintf("W9: %d ManifestSyncs of %d ConfigMaps each (an inline Starlark transform) in %d namespaces, over %v replicas of `engine operator --shards auto` (each a process of the image's lean engine, a user of the API server of its own, its evaluation workers processes of engine-worker; default Lease timings: 15 s, renewed every 2 s), %d rounds, every replica count from nothing (the replicas hold their Leases before the ManifestSyncs are created; time to all Ready from the first creation). With %d: replica %d joins and then stops (SIGTERM), and one replica not running the sharder is killed (SIGKILL) as the params of its ManifestSyncs change. Memory is sampled every 50 ms per replica, with its evaluation workers. The API server's audit log held %d writes of ConfigMaps by %d replica users (%d ConfigMaps, each counted once per run of replicas); %s.",
 		b.cfg.Syncs, objects, spread, b.cfg.Replicas, b.cfg.Rounds, top, top+1, stats.Writes, stats.Users, stats.Objects, closest)}
 }
 

@@ -1,7 +1,7 @@
 // Package w9 is workload W9 of `make bench`: sharding (issue 29). 1,000
 // ManifestSyncs, each applying 5 ConfigMaps from an inline Starlark
 // transform, are spread over 1, 2 and 4 replicas of `engine operator
-// --shards auto`, each a process of bin/engine of its own, as a user of
+// --shards auto`, each a process of the image's engine of its own, as a user of
 // its own of one local control plane whose API server logs every write of
 // a ConfigMap (harness.WithWriteAudit). Each round runs every replica
 // count from nothing: the replicas start and take their Leases, the
@@ -83,8 +83,9 @@ type Config struct {
 	Replicas []int
 	// Rounds of every replica count.
 	Rounds int
-	// Engine is bin/engine; when "", it is built to <root>/bin/engine as
-	// the image builds it.
+	// Engine is the image's engine, with its engine-worker beside it
+	// (enginebuild.Image); when "", the two are built into a temporary
+	// directory.
 	Engine string
 	// Logs is the directory of the replicas' logs; a temporary one when "".
 	Logs string
@@ -176,9 +177,12 @@ type bench struct {
 	c      *harness.Cluster
 	cfg    Config
 	engine string
-	// worker is bin/engine-worker, built beside engine: the replicas
-	// start their evaluation workers with it, as the image's engine does.
+	// worker is engine-worker, beside engine: the replicas start their
+	// evaluation workers with it, as the image's engine does.
 	worker string
+	// built is the directory newBench built the two into, removed at the
+	// end, or "".
+	built  string
 	logs   string
 	tmp    string // removed at the end, if the logs are there
 	client client.WithWatch
@@ -214,15 +218,16 @@ func newBench(ctx context.Context, c *harness.Cluster, cfg Config) (*bench, erro
 		b.logs, b.tmp = dir, dir
 	}
 	if b.engine == "" {
-		b.engine = filepath.Join(c.Root, "bin", "engine")
-		if out, err := enginebuild.Command(ctx, c.Root, b.engine).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("building bin/engine: %w\n%s", err, out)
+		dir, err := os.MkdirTemp("", "bench-w9-image-")
+		if err != nil {
+			return nil, err
+		}
+		b.built = dir
+		if b.engine, err = enginebuild.Image(ctx, c.Root, dir); err != nil {
+			return nil, err
 		}
 	}
 	b.worker = filepath.Join(filepath.Dir(b.engine), "engine-worker")
-	if out, err := enginebuild.WorkerCommand(ctx, c.Root, b.worker).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building engine-worker: %w\n%s", err, out)
-	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -243,8 +248,10 @@ func newBench(ctx context.Context, c *harness.Cluster, cfg Config) (*bench, erro
 }
 
 func (b *bench) cleanupDir() {
-	if b.tmp != "" {
-		_ = os.RemoveAll(b.tmp)
+	for _, d := range []string{b.tmp, b.built} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
 	}
 }
 

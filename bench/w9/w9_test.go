@@ -95,9 +95,9 @@ func TestSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
-	engine := filepath.Join(dir, "engine")
-	if out, err := enginebuild.Command(ctx, c.Root, engine).CombinedOutput(); err != nil {
-		t.Fatalf("building engine: %v\n%s", err, out)
+	engine, err := enginebuild.Image(ctx, c.Root, filepath.Join(dir, "image"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	const syncs = 60
 	res, err := Measure(ctx, c, Config{Syncs: syncs, Replicas: []int{2}, Rounds: 1, Engine: engine, Logs: t.TempDir()})

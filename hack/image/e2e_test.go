@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/manifestsync/manifestsync/internal/enginebuild"
 	"github.com/manifestsync/manifestsync/internal/registrytest"
 )
 
@@ -163,10 +164,28 @@ spec:
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "in-the-image") {
 		t.Fatalf("the image's engine eval: %v\n%s", err, out)
 	}
+	// Without the variable, the lean engine starts the engine-worker
+	// beside it.
+	cmd = exec.CommandContext(ctx, filepath.Join(rootfs, enginePath), "eval", "-f", syncFile)
+	cmd.Env = slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, workerEnv+"=") })
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "in-the-image") {
+		t.Fatalf("the image's engine eval without %s: %v\n%s", workerEnv, err, out)
+	}
 	cmd = exec.CommandContext(ctx, filepath.Join(rootfs, enginePath), "eval", "-f", syncFile)
 	cmd.Env = append(env, workerEnv+"="+filepath.Join(rootfs, "none"))
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), workerEnv) {
 		t.Errorf("the image's engine eval with %s naming nothing: %v, want a failure naming it:\n%s", workerEnv, err, out)
+	}
+	// The image's engine is the lean one (no evaluator linked), its
+	// worker the full evaluators.
+	for bin, want := range map[string]bool{enginePath: true, workerPath: false} {
+		out, err := exec.CommandContext(ctx, "go", "version", "-m", filepath.Join(rootfs, bin)).Output()
+		if err != nil {
+			t.Fatalf("go version -m %s: %v", bin, err)
+		}
+		if lean := strings.Contains(string(out), enginebuild.LeanTag); lean != want {
+			t.Errorf("%s built with the tag %s: %v, want %v:\n%s", bin, enginebuild.LeanTag, lean, want, out)
+		}
 	}
 	stdout.Reset()
 	cmd = exec.CommandContext(ctx, "chroot", rootfs, "/engine-worker", "version")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -68,27 +67,26 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// compileEngine cross-builds ./cmd/engine and ./cmd/engine-worker of the
-// module at dir for p into the directory out (engineFile, workerFile):
-// static (CGO off), without local paths (-trimpath), with the version and
-// commit stamped. The environment that would make two builds differ
-// (GOFLAGS, the amd64/arm64 feature level) is fixed.
+// compileEngine cross-builds the image's two programs of the module at
+// dir for p into the directory out (enginebuild.ImageCommands: engineFile,
+// the lean engine, and workerFile): static (CGO off), without local paths
+// (-trimpath), with the version and commit stamped. The environment that
+// would make two builds differ (GOFLAGS, the amd64/arm64 feature level) is
+// fixed.
 func compileEngine(ctx context.Context, dir string, p v1.Platform, m Meta, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s", m.Version, m.Commit)
-	// The engine's build tags (enginebuild.Tags) as bin/engine's, so that
-	// the two share their compiled packages.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", enginebuild.Tags, "-buildvcs=false", "-ldflags", ldflags, "-o", out+string(filepath.Separator), "./cmd/engine", "./cmd/engine-worker")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=",
-		"GOAMD64=v1", "GOARM64=v8.0")
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/engine ./cmd/engine-worker for %s: %w\n%s", p, err, stderr.String())
+	// The engine's build tags (enginebuild) as bin/engine's, so that the
+	// builds share their compiled packages.
+	for _, cmd := range enginebuild.ImageCommands(ctx, dir, out, "-buildvcs=false", "-ldflags", ldflags) {
+		cmd.Env = append(cmd.Env, "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=", "GOAMD64=v1", "GOARM64=v8.0")
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stderr, &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s for %s: %w\n%s", strings.Join(cmd.Args, " "), p, err, stderr.String())
+		}
 	}
 	return nil
 }

@@ -17,34 +17,68 @@
 //     119 MB and its idle operator's resident set 97 MiB instead of 78.
 //     The engine never loads a Go plugin (krusty's default options
 //     disable plugins), so nothing is lost.
+//
+// The image ships two programs (Image): /engine, the lean engine (the tag
+// LeanTag, internal/lean), which links no evaluator, and /engine-worker
+// (cmd/engine-worker), the evaluators alone, which the lean engine starts
+// for every evaluation. bin/engine (Command, make build) is the full
+// engine, which evaluates in copies of itself and runs every command
+// (engine fmt of CUE files included) on its own.
 package enginebuild
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 )
 
-// Tags are the build tags of the engine binary.
+// Tags are the build tags of the engine binary and of its worker.
 const Tags = "kustomize_disable_go_plugin_support"
 
+// LeanTag is the build tag of the image's engine, which leaves out the
+// evaluators (internal/lean).
+const LeanTag = "leanoperator"
+
 // Command is `go build` of ./cmd/engine of the module at dir into out,
-// with the image's settings (hack/image adds its -ldflags, GOOS and
-// GOARCH) and extra go build flags before the package.
+// the full engine (make build's bin/engine), static and with Tags, and
+// extra go build flags before the package.
 func Command(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
-	return build(ctx, dir, out, "./cmd/engine", extra)
+	return build(ctx, dir, out, "./cmd/engine", Tags, extra)
 }
 
 // WorkerCommand is Command for ./cmd/engine-worker, the evaluation worker
-// the image ships beside the engine (and names in
-// MANIFESTSYNC_EVAL_WORKER): what measures the operator as the image runs
-// it builds both.
+// the image ships beside its engine.
 func WorkerCommand(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
-	return build(ctx, dir, out, "./cmd/engine-worker", extra)
+	return build(ctx, dir, out, "./cmd/engine-worker", Tags, extra)
 }
 
-func build(ctx context.Context, dir, out, pkg string, extra []string) *exec.Cmd {
-	args := append([]string{"build", "-trimpath", "-tags", Tags, "-o", out}, extra...)
+// ImageCommands are the `go build`s of the image's two programs into the
+// directory out, with extra go build flags before the package (hack/image
+// adds its -ldflags, GOOS and GOARCH): the lean engine (out/engine) and
+// its worker (out/engine-worker).
+func ImageCommands(ctx context.Context, dir, out string, extra ...string) []*exec.Cmd {
+	return []*exec.Cmd{
+		build(ctx, dir, filepath.Join(out, "engine"), "./cmd/engine", Tags+","+LeanTag, extra),
+		build(ctx, dir, filepath.Join(out, "engine-worker"), "./cmd/engine-worker", Tags, extra),
+	}
+}
+
+// Image builds the image's two programs into the directory out (see
+// ImageCommands) and returns the engine's path: what measures or tests
+// the operator as the image runs it builds and starts this.
+func Image(ctx context.Context, dir, out string) (string, error) {
+	for _, cmd := range ImageCommands(ctx, dir, out) {
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%v: %w\n%s", cmd.Args, err, b)
+		}
+	}
+	return filepath.Join(out, "engine"), nil
+}
+
+func build(ctx context.Context, dir, out, pkg, tags string, extra []string) *exec.Cmd {
+	args := append([]string{"build", "-trimpath", "-tags", tags, "-o", out}, extra...)
 	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

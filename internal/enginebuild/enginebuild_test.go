@@ -57,3 +57,86 @@ func TestWorkerEnv(t *testing.T) {
 		t.Errorf("WorkerEnv %q, the pool reads %q", WorkerEnv, worker.CommandEnv)
 	}
 }
+
+// The image's engine (LeanTag) links no evaluator: no CUE, no kustomize
+// build, no Helm template engine; its worker links all three, and so does
+// the full engine. Without the tag, the packages that wrap them would be
+// linked and initialised at every operator's start.
+func TestLeanEngineLinksNoEvaluator(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := []string{"cuelang.org/go/cue", "sigs.k8s.io/kustomize/api/krusty", "helm.sh/helm/v4/pkg/engine"}
+	for _, c := range []struct {
+		pkg, tags string
+		linked    bool
+	}{
+		{"./cmd/engine", Tags + "," + LeanTag, false},
+		{"./cmd/engine-worker", Tags, true},
+		{"./cmd/engine", Tags, true},
+	} {
+		cmd := exec.Command("go", "list", "-deps", "-tags", c.tags, c.pkg)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -tags %s %s: %v", c.tags, c.pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		for _, h := range heavy {
+			if slices.Contains(deps, h) != c.linked {
+				t.Errorf("%s with -tags %s: links %s = %v, want %v", c.pkg, c.tags, h, !c.linked, c.linked)
+			}
+		}
+	}
+}
+
+// Image builds the lean engine and its worker side by side, and the
+// engine evaluates in that worker: a transform's output comes back, and
+// without the worker beside it the engine says what is missing.
+func TestImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the engine and its worker")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	engine, err := Image(context.Background(), root, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine != filepath.Join(out, "engine") {
+		t.Errorf("engine at %s", engine)
+	}
+	dir := t.TempDir()
+	sync := `apiVersion: manifestsync.dev/v1alpha1
+kind: ManifestSync
+metadata: {name: app, namespace: team}
+spec:
+  transform:
+    starlark:
+      inline: |
+        def main(ctx):
+            return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-the-worker"}}]
+  schemas: [{builtin: k8s}]
+  targets: [{name: here, namespace: team}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "sync.yaml"), []byte(sync), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eval := exec.Command(engine, "eval", "-f", filepath.Join(dir, "sync.yaml"))
+	eval.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, WorkerEnv+"=") })
+	if b, err := eval.CombinedOutput(); err != nil || !strings.Contains(string(b), "from-the-worker") {
+		t.Fatalf("the lean engine's eval: %v\n%s", err, b)
+	}
+	if err := os.Remove(filepath.Join(out, "engine-worker")); err != nil {
+		t.Fatal(err)
+	}
+	eval = exec.Command(engine, "eval", "-f", filepath.Join(dir, "sync.yaml"))
+	eval.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, WorkerEnv+"=") })
+	if b, err := eval.CombinedOutput(); err == nil || !strings.Contains(string(b), filepath.Join(out, "engine-worker")) {
+		t.Errorf("the lean engine's eval without its worker: %v, want an error naming %s:\n%s", err, filepath.Join(out, "engine-worker"), b)
+	}
+}

@@ -329,6 +329,10 @@ func (s *msync) manifestSync(gitURL string) *v1alpha1.ManifestSync {
 		spec.Params = &runtime.RawExtension{Raw: fmt.Appendf(nil, `{"name": %q}`, s.name)}
 	case kindConfigMap:
 		spec.Sources = objectSource("ConfigMap")
+		// Checked against the builtin schemas: in the full engine in the
+		// operator's process, in the image's lean engine (which the soak
+		// runs) in its engine-worker, as CUE is not linked into it.
+		spec.Schemas = []v1alpha1.SchemaRef{{Builtin: "k8s"}}
 	case kindGit:
 		spec.Sources = []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: gitURL, Ref: v1alpha1.GitRef{Branch: "main"}, Path: "apps/" + s.name}}}
 		if s.transform {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		// The build runs while the control planes start.
-		go buildEngine(filepath.Join(dir, "engine"))
+		go buildEngine(dir)
 		code := testenv.Run(m, &env, testenv.Second(&remoteEnv))
 		<-built
 		_ = os.RemoveAll(dir)
@@ -47,9 +46,11 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m, &env))
 }
 
-// buildEngine builds cmd/engine into bin: the operator the test kills
-// must be a process of its own.
-func buildEngine(bin string) {
+// buildEngine builds the image's engine and its worker into dir
+// (enginebuild.Image): the operator the test kills must be a process of
+// its own, and is the lean one the image runs, which evaluates in the
+// engine-worker beside it.
+func buildEngine(dir string) {
 	defer close(built)
 	start := time.Now()
 	root, err := testenv.RepoRoot()
@@ -57,9 +58,9 @@ func buildEngine(bin string) {
 		buildErr = err
 		return
 	}
-	cmd := enginebuild.Command(context.Background(), root, bin) // as the image builds it
-	if out, err := cmd.CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build ./cmd/engine: %w\n%s", err, out)
+	bin, err := enginebuild.Image(context.Background(), root, dir)
+	if err != nil {
+		buildErr = err
 		return
 	}
 	engineBin, buildTook = bin, time.Since(start)
