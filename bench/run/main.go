@@ -187,10 +187,9 @@ func run(ctx context.Context, only string, rounds int, cueBin, starBin, schemas,
 
 func runFanout(ctx context.Context, c *harness.Cluster, rep *harness.Report, want map[string]bool, rounds int, dir, logs, chartFile, reportFile string, step func(string)) error {
 	step("building engine")
-	engineBin := filepath.Join(dir, "engine")
-	build := enginebuild.Command(ctx, c.Root, engineBin) // as the image builds it
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building engine: %w\n%s", err, out)
+	engineBin, err := enginebuild.Image(ctx, c.Root, filepath.Join(dir, "image")) // the image's engine and its worker
+	if err != nil {
+		return fmt.Errorf("building engine: %w", err)
 	}
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {

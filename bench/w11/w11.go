@@ -80,10 +80,9 @@ func Run(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row, []
 		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
-	engineBin := filepath.Join(dir, "engine")
-	build := enginebuild.Command(ctx, c.Root, engineBin) // as the image builds it
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("w11: building engine: %w\n%s", err, out)
+	engineBin, err := enginebuild.Image(ctx, c.Root, filepath.Join(dir, "image")) // the image's engine and its worker
+	if err != nil {
+		return nil, nil, fmt.Errorf("w11: building engine: %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

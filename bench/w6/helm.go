@@ -268,10 +268,10 @@ func RunHelm(ctx context.Context, c *harness.Cluster, rounds int) ([]harness.Row
 		ready, fluxSeconds, published, "< 1× Flux", func(q float64) bool { return q < 1 })
 	rss := harness.Compare(w10Workload, "peak RSS (operator + eval workers)", "MiB", runs[0], fluxMiB, published, "< 1× Flux", func(q float64) bool { return q < 1 })
 	reported := func(float64) bool { return true }
-	own := harness.Absolute(w10Workload, "peak RSS of the operator's own process (file-backed pages of bin/engine included)", "MiB", b.own, "reported", reported)
+	own := harness.Absolute(w10Workload, "peak RSS of the operator's own process (file-backed pages of its executable included)", "MiB", b.own, "reported", reported)
 	kids := harness.Absolute(w10Workload, "peak RSS of its evaluation workers together (charts are rendered there)", "MiB", b.kids, "reported", reported)
 	anon := harness.Absolute(w10Workload, "peak anonymous memory (RssAnon, operator + eval workers)", "MiB", b.anon[0], "reported", reported)
-	pss := harness.Compare(w10Workload, "peak proportional set size (Pss, operator + eval workers: the pages of bin/engine the processes share counted once, as a pod's memory counts them)", "MiB", b.pss[0], fluxMiB, published, "reported", nil)
+	pss := harness.Compare(w10Workload, "peak proportional set size (Pss, operator + eval workers: the pages of an executable the processes share counted once, as a pod's memory counts them)", "MiB", b.pss[0], fluxMiB, published, "reported", nil)
 	own.Reported, kids.Reported, anon.Reported = true, true, true
 	downloads := harness.Absolute(w10Workload, fmt.Sprintf("chart downloads for %d renders (counted by the repository)", w10Syncs), "", charts, "= 1", func(v float64) bool { return v == 1 })
 	idx := harness.Absolute(w10Workload, fmt.Sprintf("index downloads for %d ManifestSyncs of one repository", w10Syncs), "", indexes, "reported", reported)

@@ -434,7 +434,7 @@ func startGitDaemon(ctx context.Context, dir string) (string, func(), error) {
 // control plane; it returns the program's path and how to stop it.
 func startOperator(ctx context.Context, root, work, kubeconfig string) (string, func(), error) {
 	bin := filepath.Join(root, "bin", "engine")
-	build := enginebuild.Command(ctx, root, bin) // as the image builds it
+	build := enginebuild.Command(ctx, root, bin) // the full engine, make build's: the demo's CLI commands use it too
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", nil, fmt.Errorf("building engine: %w", err)
