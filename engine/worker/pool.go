@@ -381,10 +381,7 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	}
 	w, err := startProcess(p.opts)
 	if err != nil {
-		if p.opts.from != "" {
-			return nil, fmt.Errorf("%w (%s)", err, p.opts.from)
-		}
-		return nil, err
+		return nil, p.startFailed(err)
 	}
 	p.mu.Lock()
 	p.live[w] = true
@@ -404,12 +401,18 @@ func (p *Pool) start(ctx context.Context) (*process, error) {
 	})
 	if err != nil {
 		p.forget(w)
-		if p.opts.from != "" {
-			return nil, fmt.Errorf("starting an eval worker (%s): %w", p.opts.from, err)
-		}
-		return nil, fmt.Errorf("starting an eval worker: %w", err)
+		return nil, p.startFailed(fmt.Errorf("starting an eval worker: %w", err))
 	}
 	return w, nil
+}
+
+// startFailed says, of a worker that did not start, where its default
+// command came from (Options.from), if it did.
+func (p *Pool) startFailed(err error) error {
+	if p.opts.from == "" {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, p.opts.from)
 }
 
 // supervise runs exchange, a conversation with w, and kills w when the

@@ -48,12 +48,6 @@ func Command(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
 	return build(ctx, dir, out, "./cmd/engine", Tags, extra)
 }
 
-// WorkerCommand is Command for ./cmd/engine-worker, the evaluation worker
-// the image ships beside its engine.
-func WorkerCommand(ctx context.Context, dir, out string, extra ...string) *exec.Cmd {
-	return build(ctx, dir, out, "./cmd/engine-worker", Tags, extra)
-}
-
 // ImageCommands are the `go build`s of the image's two programs into the
 // directory out, with extra go build flags before the package (hack/image
 // adds its -ldflags, GOOS and GOARCH): the lean engine (out/engine) and

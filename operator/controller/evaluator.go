@@ -44,8 +44,8 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // kustomize build, whose plugins and generators are programs of a kind
 // too; a chart's templates, which may loop without end), or it parses
 // files of a git source. In the lean engine (internal/lean), which links
-// no CUE, builtin schemas are checked in a worker too. Parsing is bounded by no byte
-// limit: YAML takes 12 times its size in memory for ordinary manifests
+// no CUE, builtin schemas are checked in a worker too. Parsing is bounded
+// by no byte limit: YAML takes 12 times its size in memory for ordinary manifests
 // and 100 times for dense flow maps (an 8 MiB file, the largest a git
 // source may hold, 819 MiB), so a file that passes through (no transform,
 // no kustomize) is parsed in a worker too. That costs nothing in the
