@@ -22,6 +22,24 @@ type patch struct {
 	sel   *selector
 }
 
+// HasStrategicMerge reports whether a target of spec has a strategic-merge
+// patch (a patch that is a YAML object), which takes kustomize to apply:
+// the lean operator (internal/lean) evaluates such a spec in its workers.
+// A patch that is no YAML counts as none; evaluating it reports why.
+func HasStrategicMerge(spec *v1alpha1.ManifestSyncSpec) bool {
+	for _, t := range spec.Targets {
+		for _, p := range t.Patches {
+			var v any
+			if yaml.Unmarshal([]byte(p.Patch), &v) == nil {
+				if _, ok := v.(map[string]any); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 func parsePatch(p v1alpha1.Patch) (*patch, error) {
 	var v any
 	if err := yaml.Unmarshal([]byte(p.Patch), &v); err != nil {

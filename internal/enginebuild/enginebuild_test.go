@@ -58,16 +58,17 @@ func TestWorkerEnv(t *testing.T) {
 	}
 }
 
-// The image's engine (LeanTag) links no evaluator: no CUE, no kustomize
-// build, no Helm template engine; its worker links all three, and so does
-// the full engine. Without the tag, the packages that wrap them would be
-// linked and initialised at every operator's start.
+// The image's engine (LeanTag) links no evaluator: no CUE, nothing of
+// kustomize (neither its build nor its strategic-merge patches), no Helm
+// template engine; its worker links all three, and so does the full
+// engine. Without the tag, the packages that wrap them would be linked
+// and initialised at every operator's start.
 func TestLeanEngineLinksNoEvaluator(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	heavy := []string{"cuelang.org/go/cue", "sigs.k8s.io/kustomize/api/krusty", "helm.sh/helm/v4/pkg/engine"}
+	heavy := []string{"cuelang.org/go/cue", "sigs.k8s.io/kustomize/api/krusty", "sigs.k8s.io/kustomize/kyaml/yaml", "helm.sh/helm/v4/pkg/engine"}
 	for _, c := range []struct {
 		pkg, tags string
 		linked    bool

@@ -44,7 +44,8 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // kustomize build, whose plugins and generators are programs of a kind
 // too; a chart's templates, which may loop without end), or it parses
 // files of a git source. In the lean engine (internal/lean), which links
-// no CUE, builtin schemas are checked in a worker too. Parsing is bounded
+// neither CUE nor kustomize, builtin schemas are checked and
+// strategic-merge patches applied in a worker too. Parsing is bounded
 // by no byte limit: YAML takes 12 times its size in memory for ordinary manifests
 // and 100 times for dense flow maps (an 8 MiB file, the largest a git
 // source may hold, 819 MiB), so a file that passes through (no transform,
@@ -52,11 +53,16 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // steady state: a reconcile that finds the same spec, revisions and
 // namespaces reuses the last evaluation (Reconciler.evaluate).
 func needsWorker(spec *v1alpha1.ManifestSyncSpec) bool {
+	return needsWorkerIn(spec, lean.Operator)
+}
+
+// needsWorkerIn is needsWorker in the lean engine or in the full one.
+func needsWorkerIn(spec *v1alpha1.ManifestSyncSpec, leanEngine bool) bool {
 	if spec.Transform != nil {
 		return true
 	}
 	for _, s := range spec.Schemas {
-		if s.Builtin == "" || lean.Operator {
+		if s.Builtin == "" || leanEngine {
 			return true
 		}
 	}
@@ -65,5 +71,5 @@ func needsWorker(spec *v1alpha1.ManifestSyncSpec) bool {
 			return true
 		}
 	}
-	return false
+	return leanEngine && engine.HasStrategicMerge(spec)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -23,6 +24,7 @@ import (
 	"github.com/manifestsync/manifestsync/engine/source/git/gittest"
 	"github.com/manifestsync/manifestsync/engine/worker"
 	helmrender "github.com/manifestsync/manifestsync/helm"
+	"github.com/manifestsync/manifestsync/internal/lean"
 )
 
 // evalWorkerEnv makes the test binary an evaluation worker: the pool of
@@ -247,34 +249,50 @@ func TestEvaluatorRouting(t *testing.T) {
 }
 
 // needsWorker sends to a worker what runs user code or parses files of a
-// git source, and nothing else.
+// git source, and nothing else; the lean engine, which links neither CUE
+// nor kustomize, also what checks builtin schemas or applies a
+// strategic-merge patch (wantLean, where it differs).
 func TestNeedsWorker(t *testing.T) {
+	jsonPatch := []v1alpha1.Patch{{Patch: "[{op: add, path: /metadata/labels/a, value: b}]", Target: &v1alpha1.PatchSelector{Kind: "ConfigMap"}}}
 	for _, c := range []struct {
-		name string
-		spec v1alpha1.ManifestSyncSpec
-		want bool
+		name     string
+		spec     v1alpha1.ManifestSyncSpec
+		want     bool
+		wantLean *bool
 	}{
-		{"nothing", v1alpha1.ManifestSyncSpec{}, false},
-		{"builtin schemas and patches", v1alpha1.ManifestSyncSpec{
-			Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}},
-			Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "metadata: {labels: {a: b}}"}}}},
-		}, false},
+		{"nothing", v1alpha1.ManifestSyncSpec{}, false, nil},
+		{"builtin schemas", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}}}, false, ptr.To(true)},
+		{"strategic-merge patches", v1alpha1.ManifestSyncSpec{
+			Targets: []v1alpha1.Target{{Name: "a"}, {Name: "b", Patches: []v1alpha1.Patch{{Patch: "metadata: {labels: {a: b}}"}}}},
+		}, false, ptr.To(true)},
+		{"JSON6902 patches", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "a", Patches: jsonPatch}}}, false, nil},
+		{"a patch that is no YAML", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "a: [b"}}}}}, false, nil},
 		{"object sources only", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
 			{Name: "one", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
 			{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}},
-		}}, false},
-		{"starlark", v1alpha1.ManifestSyncSpec{Transform: inline("def main(ctx):\n    return []\n")}, true},
-		{"cue", v1alpha1.ManifestSyncSpec{Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{ProgramRef: v1alpha1.ProgramRef{Inline: "objects: []"}}}}, true},
-		{"schemas of a source", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}, {Source: "repo", Path: "policies"}}}, true},
-		{"kustomize", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}}, {Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo"}}}}, true},
-		{"helm", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "chart", Helm: &v1alpha1.HelmSource{Chart: "c", Repository: "https://example.com"}}}}, true},
+		}}, false, nil},
+		{"starlark", v1alpha1.ManifestSyncSpec{Transform: inline("def main(ctx):\n    return []\n")}, true, nil},
+		{"cue", v1alpha1.ManifestSyncSpec{Transform: &v1alpha1.Transform{CUE: &v1alpha1.CUEProgramRef{ProgramRef: v1alpha1.ProgramRef{Inline: "objects: []"}}}}, true, nil},
+		{"schemas of a source", v1alpha1.ManifestSyncSpec{Schemas: []v1alpha1.SchemaRef{{Builtin: "k8s"}, {Source: "repo", Path: "policies"}}}, true, nil},
+		{"kustomize", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}}, {Name: "base", Kustomize: &v1alpha1.KustomizeSource{Source: "repo"}}}}, true, nil},
+		{"helm", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{{Name: "chart", Helm: &v1alpha1.HelmSource{Chart: "c", Repository: "https://example.com"}}}}, true, nil},
 		{"git files passing through", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
 			{Name: "tls", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
 			{Name: "repo", Git: &v1alpha1.GitSource{URL: "x"}},
-		}}, true},
+		}}, true, nil},
 	} {
-		if got := needsWorker(&c.spec); got != c.want {
+		if got := needsWorker(&c.spec); got != needsWorkerIn(&c.spec, lean.Operator) {
+			t.Errorf("%s: needsWorker %v, not as this build (lean %v) would", c.name, got, lean.Operator)
+		}
+		if got := needsWorkerIn(&c.spec, false); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		wantLean := c.want
+		if c.wantLean != nil {
+			wantLean = *c.wantLean
+		}
+		if got := needsWorkerIn(&c.spec, true); got != wantLean {
+			t.Errorf("%s, lean: %v, want %v", c.name, got, wantLean)
 		}
 	}
 }

@@ -235,7 +235,9 @@ func (f *fleet) desired(s *msync) map[objKey]map[string]string {
 	case kindSelector:
 		for ns, g := range f.nsGroups {
 			if g == s.group {
-				out[objKey{local, "Secret", ns, s.sourceName()}] = maps.Clone(s.data)
+				data := maps.Clone(s.data)
+				data["patched"] = "strategic-merge" // selectorPatch
+				out[objKey{local, "Secret", ns, s.sourceName()}] = data
 			}
 		}
 	}
@@ -343,10 +345,19 @@ func (s *msync) manifestSync(gitURL string) *v1alpha1.ManifestSync {
 		ms.Annotations = map[string]string{webhook.SecretAnnotation: hookSecret}
 	case kindSelector:
 		spec.Sources = objectSource("Secret")
-		spec.Targets = []v1alpha1.Target{{Name: "selected", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{groupLabel: s.group}}}}
+		spec.Targets = []v1alpha1.Target{{
+			Name:              "selected",
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{groupLabel: s.group}},
+			Patches:           []v1alpha1.Patch{{Patch: fmt.Sprintf(selectorPatch, s.sourceName())}},
+		}}
 	}
 	return ms
 }
+
+// selectorPatch is the strategic-merge patch of the selector syncs' copies:
+// the lean engine, which links no kustomize, applies it in its
+// engine-worker (the full engine in its own process).
+const selectorPatch = `{apiVersion: v1, kind: Secret, metadata: {name: %s}, data: {patched: c3RyYXRlZ2ljLW1lcmdl}}`
 
 // objectTransform copies the source Secret's token into a Secret and puts
 // its port, plus one, in a ConfigMap. A port that is not a number fails
