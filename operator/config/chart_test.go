@@ -183,7 +183,7 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 		}
 		kinds = append(kinds, o.GetKind())
 	}
-	for _, want := range []string{"CustomResourceDefinition", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"} {
+	for _, want := range []string{"CustomResourceDefinition", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "PodDisruptionBudget"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("the chart with every option on renders no %s (renders %v)", want, kinds)
 		}
@@ -326,6 +326,49 @@ func TestChartOptions(t *testing.T) {
 		}
 		if find(t, objs, "RoleBinding", "manifestsync-leader-election").GetNamespace() != "ops" {
 			t.Error("the Leases' RoleBinding is not in the release's namespace")
+		}
+	})
+
+	// With more than one replica a PodDisruptionBudget lets a drain evict
+	// at most maxUnavailable of them (checkWiring: it selects the pods);
+	// with one, or turned off, there is none. The pods spread as told.
+	t.Run("disruption budget", func(t *testing.T) {
+		for _, c := range []struct {
+			set  []string
+			want string // maxUnavailable, "" for no PodDisruptionBudget
+		}{
+			{nil, "1"}, // replicas: 2
+			{[]string{"replicas=1"}, ""},
+			{[]string{"replicas=4", "podDisruptionBudget.maxUnavailable=2"}, "2"},
+			{[]string{"replicas=4", "podDisruptionBudget.maxUnavailable=25%"}, "25%"},
+			{[]string{"podDisruptionBudget.enabled=false"}, ""},
+		} {
+			var args []string
+			for _, kv := range c.set {
+				args = append(args, "--set", kv)
+			}
+			objs := renderChart(t, "manifestsync", "ops", args...)
+			checkWiring(t, objs)
+			var got []string
+			for _, o := range objs {
+				if o.GetKind() == "PodDisruptionBudget" {
+					v, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "maxUnavailable")
+					got = append(got, fmt.Sprint(v))
+				}
+			}
+			if want := []string{c.want}; (c.want == "" && len(got) != 0) || (c.want != "" && !slices.Equal(got, want)) {
+				t.Errorf("%v: PodDisruptionBudgets with maxUnavailable %v, want %q", c.set, got, c.want)
+			}
+		}
+		objs := renderChart(t, "manifestsync", "ops", "-f", "testdata/chart-values-all.yaml")
+		spread, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", "manifestsync").Object, "spec", "template", "spec", "topologySpreadConstraints")
+		if len(spread) != 1 || spread[0].(map[string]any)["topologyKey"] != "topology.kubernetes.io/zone" {
+			t.Errorf("topologySpreadConstraints %v, want the values' one over zones", spread)
+		}
+		for _, set := range []string{"podDisruptionBudget.maxUnavailable=-1", "podDisruptionBudget.maxUnavailable=half", "podDisruptionBudget.minAvailable=1"} {
+			if out, err := runHelm(t, "template", "manifestsync", chartDir, "--set", set); err == nil {
+				t.Errorf("helm template --set %s: no error, want the values schema to refuse it\n%s", set, out)
+			}
 		}
 	})
 
@@ -482,6 +525,11 @@ func checkWiring(t *testing.T, objs []*unstructured.Unstructured) {
 			roleKind, _, _ := unstructured.NestedString(o.Object, "roleRef", "kind")
 			if !slices.ContainsFunc(objs, func(r *unstructured.Unstructured) bool { return r.GetKind() == roleKind && r.GetName() == roleName }) {
 				t.Errorf("%s binds %s %s, which is not rendered", key(o), roleKind, roleName)
+			}
+		case "PodDisruptionBudget":
+			selector, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+			if len(selector) == 0 || !labels.SelectorFromSet(selector).Matches(labels.Set(podLabels)) {
+				t.Errorf("%s selects %v, not the operator's pods %v", key(o), selector, podLabels)
 			}
 		case "ServiceAccount":
 			if o.GetName() != spec["serviceAccountName"] {
