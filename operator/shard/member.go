@@ -61,10 +61,12 @@ type Member struct {
 	acquired  bool
 	seenRenew string
 	seenAt    time.Time
+	// heldLogged is the last errHeld logged.
+	heldLogged string
 }
 
 // errHeld is a renewal that found the Lease renewed by another process.
-var errHeld = errors.New("held by another live process with this ID")
+var errHeld = errors.New("renewed by another process with this ID")
 
 // LeaseName is the name of the Lease of the replica id.
 func LeaseName(id string) string { return LeasePrefix + id }
@@ -219,7 +221,16 @@ func (m *Member) renew(ctx context.Context) {
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	if err := m.write(rctx, sent); err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errHeld):
+			// Expected after a restart: said once per renewal seen, not
+			// every RetryPeriod.
+			if msg := err.Error(); msg != m.heldLogged {
+				m.heldLogged = msg
+				m.Log.Info("waiting for the shard lease", "lease", LeaseName(m.ID), "reason", msg)
+			}
+		default:
 			m.Log.Error(err, "renewing the shard lease", "lease", LeaseName(m.ID), "fence", m.Deadline())
 		}
 		return
@@ -304,7 +315,8 @@ func (m *Member) write(ctx context.Context, now time.Time) error {
 			m.seenRenew, m.seenAt = renewed, now
 		}
 		if renewed != "" && now.Sub(m.seenAt) < dur {
-			return fmt.Errorf("lease %s: %w (renewed at %s); waiting for it to expire", key, errHeld, renewed)
+			return fmt.Errorf("lease %s: %w (at %s: a restart after kill -9, or two processes given one ID); taking it once it has gone unrenewed for %s, at %s by this process's clock",
+				key, errHeld, renewed, dur, m.seenAt.Add(dur).UTC().Format(time.RFC3339))
 		}
 	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != m.ID {
