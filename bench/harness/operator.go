@@ -147,6 +147,3 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-// PID is the operator's process id (temporary).
-func (o *Operator) PID() int { return o.cmd.Process.Pid }
