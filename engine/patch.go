@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,22 +23,26 @@ type patch struct {
 	sel   *selector
 }
 
-// HasStrategicMerge reports whether a target of spec has a strategic-merge
-// patch (a patch that is a YAML object), which takes kustomize to apply:
-// the lean operator (internal/lean) evaluates such a spec in its workers.
-// A patch that is no YAML counts as none; evaluating it reports why.
-func HasStrategicMerge(spec *v1alpha1.ManifestSyncSpec) bool {
-	for _, t := range spec.Targets {
-		for _, p := range t.Patches {
-			var v any
-			if yaml.Unmarshal([]byte(p.Patch), &v) == nil {
-				if _, ok := v.(map[string]any); ok {
-					return true
-				}
-			}
+// MayBeStrategicMerge reports whether the text of a patch may be a
+// strategic-merge patch (a YAML object), which takes kustomize to apply:
+// the lean operator (internal/lean) evaluates a spec with one in its
+// workers. It reads the patch's first token, never the whole patch, so
+// that the operator parses no patch to route it: false only when that
+// token opens a sequence ("- " or "["), as a JSON6902 patch does.
+func MayBeStrategicMerge(patch string) bool {
+	for rest := patch; rest != ""; {
+		line, next, _ := strings.Cut(rest, "\n")
+		rest = next
+		t := strings.TrimSpace(line)
+		switch {
+		case t == "" || strings.HasPrefix(t, "#") || t == "---":
+			continue
+		case t == "-" || strings.HasPrefix(t, "- ") || strings.HasPrefix(t, "-\t") || strings.HasPrefix(t, "["):
+			return false
 		}
+		return true
 	}
-	return false
+	return true
 }
 
 func parsePatch(p v1alpha1.Patch) (*patch, error) {

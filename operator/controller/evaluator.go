@@ -45,7 +45,8 @@ func (o Options) evaluatorFor(spec *v1alpha1.ManifestSyncSpec) Evaluator {
 // too; a chart's templates, which may loop without end), or it parses
 // files of a git source. In the lean engine (internal/lean), which links
 // neither CUE nor kustomize, builtin schemas are checked and
-// strategic-merge patches applied in a worker too. Parsing is bounded
+// strategic-merge patches applied in a worker too; in both, patches of
+// more than patchBytesInProcess are parsed there. Parsing is bounded
 // by no byte limit: YAML takes 12 times its size in memory for ordinary manifests
 // and 100 times for dense flow maps (an 8 MiB file, the largest a git
 // source may hold, 819 MiB), so a file that passes through (no transform,
@@ -71,5 +72,20 @@ func needsWorkerIn(spec *v1alpha1.ManifestSyncSpec, leanEngine bool) bool {
 			return true
 		}
 	}
-	return leanEngine && engine.HasStrategicMerge(spec)
+	size := 0
+	for _, t := range spec.Targets {
+		for _, p := range t.Patches {
+			size += len(p.Patch)
+			if leanEngine && engine.MayBeStrategicMerge(p.Patch) {
+				return true
+			}
+		}
+	}
+	return size > patchBytesInProcess
 }
+
+// patchBytesInProcess bounds the patches an evaluation applies in the
+// operator's own process: YAML takes up to 100 times its size once parsed
+// (dense flow maps), so a spec whose targets' patches are larger goes to
+// a worker, under its memory limit. Ordinary patches are far smaller.
+const patchBytesInProcess = 64 << 10

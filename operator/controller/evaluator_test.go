@@ -266,7 +266,14 @@ func TestNeedsWorker(t *testing.T) {
 			Targets: []v1alpha1.Target{{Name: "a"}, {Name: "b", Patches: []v1alpha1.Patch{{Patch: "metadata: {labels: {a: b}}"}}}},
 		}, false, ptr.To(true)},
 		{"JSON6902 patches", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "a", Patches: jsonPatch}}}, false, nil},
-		{"a patch that is no YAML", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "a: [b"}}}}}, false, nil},
+		{"a patch that is no YAML", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{{Name: "a", Patches: []v1alpha1.Patch{{Patch: "a: [b"}}}}}, false, ptr.To(true)},
+		// A hostile tenant's patch of dense flow YAML would take 100 times
+		// its size parsed: past patchBytesInProcess it is parsed in a
+		// worker, under its memory limit.
+		{"patches too large to parse in process", v1alpha1.ManifestSyncSpec{Targets: []v1alpha1.Target{
+			{Name: "a", Patches: []v1alpha1.Patch{{Patch: "[" + strings.Repeat("{op: add, path: /a, value: [[[[1]]]]},", 1000) + "]", Target: &v1alpha1.PatchSelector{Kind: "ConfigMap"}}}},
+			{Name: "b", Patches: []v1alpha1.Patch{{Patch: "[" + strings.Repeat("{op: add, path: /a, value: [[[[1]]]]},", 1000) + "]", Target: &v1alpha1.PatchSelector{Kind: "ConfigMap"}}}},
+		}}, true, nil},
 		{"object sources only", v1alpha1.ManifestSyncSpec{Sources: []v1alpha1.Source{
 			{Name: "one", Object: &v1alpha1.ObjectSource{APIVersion: "v1", Kind: "Secret", Name: "tls"}},
 			{Name: "set", Objects: &v1alpha1.ObjectSetSource{APIVersion: "v1", Kind: "ConfigMap"}},
