@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,6 +72,7 @@ type Env struct {
 	certDir   string     // the API server's, kept across restarts
 	workloads *Workloads // WithWorkloads' programs, or nil
 	failed    bool       // the tests failed: teardowns keep their logs
+	apiErr    *tail      // the end of the API server's stderr
 }
 
 // Setup runs once the environment is up, before the tests, and returns
@@ -214,6 +216,8 @@ func Start(opts ...Option) (*Env, error) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	te.ControlPlane.GetAPIServer().CertDir = certDir
+	apiErr := &tail{max: 16 << 10}
+	te.ControlPlane.GetAPIServer().Err = apiErr
 	ConfigureAPIServer(te)
 	for _, opt := range opts {
 		if err := opt(te); err != nil {
@@ -235,7 +239,7 @@ func Start(opts ...Option) (*Env, error) {
 		_ = os.RemoveAll(certDir)
 		return nil, err
 	}
-	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te, certDir: certDir}, nil
+	return &Env{Config: cfg, Scheme: scheme, Client: c, env: te, certDir: certDir, apiErr: apiErr}, nil
 }
 
 // ConfigureAPIServer sets what the API servers of the tests, the demo and
@@ -317,8 +321,57 @@ func findProcess(name, arg string) (int, error) {
 // StartAPIServer starts the kube-apiserver StopAPIServer stopped (or
 // KillAPIServer killed), on the same address, certificates and etcd: the
 // cluster is back as it was.
+//
+// A kube-apiserver that exits as it starts (it gives up on a slow etcd
+// on a loaded machine, for one) is started again, three times in all;
+// the error then says what it printed last.
 func (e *Env) StartAPIServer() error {
-	return e.env.ControlPlane.APIServer.Start()
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * time.Second)
+		}
+		e.apiErr.reset()
+		if err = e.env.ControlPlane.APIServer.Start(); err == nil {
+			return nil
+		}
+		_ = e.env.ControlPlane.APIServer.Stop() // it may still run, if it timed out
+	}
+	return fmt.Errorf("%w; it printed last:\n%s", err, e.apiErr.lastLines(8))
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = t.b[:0]
+}
+
+// lastLines is the last n whole lines written.
+func (t *tail) lastLines(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimRight(string(t.b), "\n"), "\n")
+	if len(lines) > 0 && len(t.b) == t.max {
+		lines = lines[1:] // cut by the limit
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // FreeAddr is an address of 127.0.0.1 with a port free a moment ago, for

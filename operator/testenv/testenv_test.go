@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -117,6 +119,44 @@ func TestKillAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := env.Client.Get(ctx, keyOf(ns, "kept"), cm); err != nil {
+		t.Errorf("after the restart: %v", err)
+	}
+}
+
+// An API server that cannot start (its port is taken) is tried three
+// times; the error then says why it exited, in its own words, and the
+// server starts once the port is free.
+func TestStartAPIServerSaysWhyItExits(t *testing.T) {
+	env.Need(t)
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = env.StartAPIServer()
+	l.Close()
+	if err == nil {
+		t.Fatal("the API server started on a port in use")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("the error does not say why the API server exited: %v", err)
+	} else {
+		t.Logf("as it should: %v", err)
+	}
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("StartAPIServer gave up after %v: it waits 1 s and 2 s between its three tries", took)
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatalf("with its port free: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(env.Config).Discovery().ServerVersion(); err != nil {
 		t.Errorf("after the restart: %v", err)
 	}
 }
