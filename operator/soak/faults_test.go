@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -268,10 +269,41 @@ func (r *run) precedingFault(at time.Time) string {
 
 func (r *run) since(t time.Time) time.Duration { return t.Sub(r.start).Round(100 * time.Millisecond) }
 
+// peerOutage is the lock the outages of fault kind's peer hold, or nil
+// when kind is no outage of a peer.
+func (r *run) peerOutage(kind faultKind) *sync.Mutex {
+	switch kind {
+	case faultRemote, faultBlackholeRemote:
+		return &r.remoteOutage
+	case faultGit, faultBlackholeGit:
+		return &r.gitOutage
+	}
+	return nil
+}
+
 // execute runs one fault.
 func (r *run) execute(ctx context.Context, f *fault) {
 	rng := rand.New(rand.NewPCG(f.seed, uint64(f.n)))
 	var err error
+	var late string
+	if mu := r.peerOutage(f.kind); mu != nil {
+		// A peer's outages never overlap: one that starts while the last
+		// is still restarting the peer (which can outlast its slot on a
+		// loaded machine) waits for it, else it would kill the server
+		// the other is starting.
+		if !mu.TryLock() {
+			begin := time.Now()
+			mu.Lock()
+			f.start = time.Now()
+			late = fmt.Sprintf("started %v late, once the peer's last outage was over", f.start.Sub(begin).Round(100*time.Millisecond))
+		}
+		defer mu.Unlock()
+	}
+	defer func() {
+		if late != "" {
+			f.note = strings.TrimPrefix(f.note+"; "+late, "; ")
+		}
+	}()
 	switch f.kind {
 	case faultKill:
 		err = r.op.kill9()

@@ -102,6 +102,9 @@ type run struct {
 
 	faultsMu sync.Mutex
 	faults   []*fault
+	// remoteOutage and gitOutage are held by an outage of that peer
+	// from its start to the peer's restart.
+	remoteOutage, gitOutage sync.Mutex
 
 	mu        sync.Mutex
 	floodPeak int64 // the operator's highest peak RSS after a webhook flood
