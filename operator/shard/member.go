@@ -41,7 +41,8 @@ type Member struct {
 	ID        string
 	// LeaseDuration is written in the Lease (leaseDurationSeconds, by
 	// which the sharder judges it expired); the replica renews it every
-	// RetryPeriod, and its fence falls RenewDeadline after the last
+	// RetryPeriod (an attempt that takes longer delays the next), and its
+	// fence falls RenewDeadline after the last
 	// successful renewal (measured from before its request was sent).
 	// Zero takes the Default constant; ValidateTimings says which others
 	// Run accepts.
@@ -214,9 +215,14 @@ func (m *Member) renew(ctx context.Context) {
 		m.fall()
 		return
 	}
-	end := sent.Add(m.RetryPeriod)
-	if !deadline.IsZero() && deadline.Before(end) {
-		end = deadline // a renewal that has not landed by then is too late
+	// An attempt may take until the fence falls, as client-go's leader
+	// election lets it: an API server that answers slower than
+	// RetryPeriod (a loaded control plane) keeps the replica; one that has
+	// not answered by the deadline is too late. The fence is counted from
+	// sent whenever the answer comes, so a slow answer moves it no further.
+	end := deadline
+	if end.IsZero() {
+		end = sent.Add(m.RenewDeadline)
 	}
 	rctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()

@@ -21,16 +21,21 @@ import (
 // their context ends while blocked is set: a replica cut off from the API
 // server (or paused), as its Lease renewals see it.
 func blockable(t *testing.T, blocked *atomic.Bool) client.Client {
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := func(ctx context.Context) error {
+	return gated(t, func(ctx context.Context) error {
 		if blocked.Load() {
 			<-ctx.Done()
 			return ctx.Err()
 		}
 		return nil
+	})
+}
+
+// gated is a client of the real API server whose Gets, Updates and
+// Creates first call wait, and fail with its error.
+func gated(t *testing.T, wait func(ctx context.Context) error) client.Client {
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return interceptor.NewClient(c, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -170,6 +175,63 @@ func TestMemberFencesBeforeExpiry(t *testing.T) {
 	}
 	if deadAt := time.Now(); deadAt.Before(expiry) {
 		t.Errorf("the sharder's view has the replica dead at %s, before its Lease expired at %s", deadAt, expiry)
+	}
+}
+
+// TestMemberSlowAPIServer: an API server that answers each request more
+// slowly than RetryPeriod, but well within RenewDeadline (a loaded control
+// plane), keeps the replica: its renewals land, late, and its fence does
+// not fall. A renewal cut at RetryPeriod would never land there.
+func TestMemberSlowAPIServer(t *testing.T) {
+	env.Need(t)
+	ns := env.Namespace(t, nil)
+	var slow atomic.Bool
+	const delay = 400 * time.Millisecond // each request; a renewal is a Get and an Update
+	slowed := gated(t, func(ctx context.Context) error {
+		if !slow.Load() {
+			return nil
+		}
+		select {
+		case <-time.After(delay):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	m := &Member{Client: slowed, Namespace: ns, ID: "replica-slow",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-m.Acquired():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica never took its Lease")
+	}
+	slow.Store(true)
+	key := client.ObjectKey{Namespace: ns, Name: LeaseName(m.ID)}
+	var l coordinationv1.Lease
+	if err := env.Client.Get(ctx, key, &l); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Spec.RenewTime.Time
+	// Three RenewDeadlines of slow answers: the fence would have fallen
+	// after the first.
+	end := time.Now().Add(3 * m.RenewDeadline)
+	for time.Now().Before(end) {
+		select {
+		case <-m.Fenced():
+			t.Fatalf("the fence fell after %s of answers %s slow (RetryPeriod %s, RenewDeadline %s)",
+				time.Since(end.Add(-3*m.RenewDeadline)).Round(time.Millisecond), delay, m.RetryPeriod, m.RenewDeadline)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := env.Client.Get(ctx, key, &l); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Spec.RenewTime.After(before) {
+		t.Errorf("the Lease was not renewed through slow answers: renewTime %s, before %s", l.Spec.RenewTime, before)
 	}
 }
 
