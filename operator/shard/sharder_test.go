@@ -554,7 +554,7 @@ func (c *recordingClient) Patch(ctx context.Context, obj client.Object, patch cl
 // TestSharderHandoverGap: a ManifestSync its owner let go of gets its new
 // owner no earlier than the handover gap after: after a drain's
 // acknowledgement (the sharder's label write sent at least the gap after
-// the acknowledgement returned), and after a replica that stopped deleted
+// the acknowledgement was sent), and after a replica that stopped deleted
 // its Lease; a new ManifestSync is assigned at once. The label watch
 // confirms the order: every acknowledgement is followed by the new owner.
 func TestSharderHandoverGap(t *testing.T) {
@@ -592,7 +592,10 @@ func TestSharderHandoverGap(t *testing.T) {
 	converge(t, ns, total, "r0", "r1")
 
 	// Each drain: the sharder's write of the new owner is sent no earlier
-	// than the gap after the old owner's acknowledgement returned.
+	// than the gap after the old owner's acknowledgement was sent. (The
+	// sharder counts the gap from the pass that sees the acknowledgement,
+	// after the API server stored it; the replica may get the answer to
+	// its patch later still, on a loaded machine.)
 	assigns := sharderLog.ok("assign")
 	handovers := 0
 	for key, as := range acks.ok("ack") {
@@ -608,7 +611,7 @@ func TestSharderHandoverGap(t *testing.T) {
 			continue
 		}
 		handovers++
-		if d := first.sent.Sub(ack.done); d < gap {
+		if d := first.sent.Sub(ack.sent); d < gap {
 			t.Errorf("%s: new owner written %s after the acknowledgement, want ≥ %s", key, d, gap)
 		}
 	}
