@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,8 +61,12 @@ func TestNamespaceSelector(t *testing.T) {
 	eventually(t, timeout, func() error {
 		return gone(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: first, Name: "shared"}})
 	})
-	got = ready(t, ms)
-	if len(got.Status.Targets) != 2 || len(entriesOf(t, got)) != 2 {
-		t.Errorf("targets %+v, inventory %+v", got.Status.Targets, entriesOf(t, got))
-	}
+	// The status is written after the prune: it follows.
+	eventually(t, timeout, func() error {
+		got = ready(t, ms)
+		if len(got.Status.Targets) != 2 || len(entriesOf(t, got)) != 2 {
+			return fmt.Errorf("targets %+v, inventory %+v", got.Status.Targets, entriesOf(t, got))
+		}
+		return nil
+	})
 }
