@@ -109,6 +109,7 @@ func TestUI(t *testing.T) {
 	run("Actions", func(t *testing.T) { testActions(t, sc, srv, local) })
 	run("ChangeWhileLoading", func(t *testing.T) { testChangeWhileLoading(t, sc, srv, b) })
 	run("ConfirmAcrossRefresh", func(t *testing.T) { testConfirmAcrossRefresh(t, sc, srv, b) })
+	run("FocusAcrossRefresh", func(t *testing.T) { testFocusAcrossRefresh(t, sc, srv, b) })
 	run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
 	run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
 	run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
@@ -1274,6 +1275,26 @@ func testChangeWhileLoading(t *testing.T, sc *scene, srv *uiServers, b *browsert
 	}
 	if err := s.WaitJS(`!!document.querySelector('button[data-action="resume"]')`, promise(t, within)); err != nil {
 		t.Errorf("the page of %s never showed it suspended: the change came while the page loaded, before its event stream opened, and the stream did not tell it (%v)", sc.other, err)
+	}
+}
+
+// testFocusAcrossRefresh: a keyboard user's focus, on a button or a link
+// without an id, stays where it was when the page refreshes itself (CI's
+// Actions check once pressed Enter on a body a refresh had left focused).
+func testFocusAcrossRefresh(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	s := b.NewSession(t)
+	open(t, s, srv.local, msPath(sc.other), 200)
+	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
+	for _, sel := range []string{`button[data-action="sync"]`, `#main a[href*="/history"]`} {
+		if !eval[bool](t, s, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e || e.id) return false; e.focus(); return document.activeElement === e })()`, sel)) {
+			t.Fatalf("%s: no such element without an id to focus", sel)
+		}
+		eval[bool](t, s, `(document.getElementById("main").firstElementChild.__old = true)`)
+		requestSync(t, sc.other)
+		waitJS(t, s, `!document.getElementById("main").firstElementChild.__old`, 10*time.Second)
+		if !eval[bool](t, s, fmt.Sprintf(`document.activeElement === document.querySelector(%q)`, sel)) {
+			t.Errorf("a refresh moved the focus from %s to %s", sel, eval[string](t, s, `document.activeElement.outerHTML.slice(0, 120)`))
+		}
 	}
 }
 

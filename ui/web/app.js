@@ -48,6 +48,24 @@
     });
   }
 
+  // focusKey is a selector that finds el again in a fresh <main>: its id,
+  // else what names an action button (data-action, data-entry) or a link
+  // (href), so that a keyboard user's focus survives a live refresh; ""
+  // when nothing names it.
+  function focusKey(el) {
+    var tag = el.tagName.toLowerCase();
+    if (el.id) return "#" + CSS.escape(el.id);
+    var action = el.getAttribute("data-action");
+    if (tag === "button" && action) {
+      var key = 'button[data-action="' + CSS.escape(action) + '"]';
+      var entry = el.getAttribute("data-entry");
+      return entry ? key + '[data-entry="' + CSS.escape(entry) + '"]' : key;
+    }
+    var href = el.getAttribute("href");
+    if (tag === "a" && href) return 'a[href="' + CSS.escape(href) + '"]';
+    return "";
+  }
+
   // Swapping <main> for the server's fresh fragment.
   var busy = false, again = false, last = 0, timer = null;
   function refresh() {
@@ -73,7 +91,7 @@
           var li = d.closest("[data-object]");
           if (li) open[li.getAttribute("data-object")] = true;
         });
-        var active = document.activeElement && main.contains(document.activeElement) ? document.activeElement.id : "";
+        var active = document.activeElement && main.contains(document.activeElement) ? focusKey(document.activeElement) : "";
         var caret = active && document.activeElement.selectionStart;
         main.innerHTML = html;
         main.querySelectorAll("[data-object]").forEach(function (li) {
@@ -81,7 +99,7 @@
           if (d && open[li.getAttribute("data-object")]) d.open = true;
         });
         if (active) {
-          var el = document.getElementById(active);
+          var el = main.querySelector(active);
           if (el) { el.focus(); if (caret != null && el.setSelectionRange) { try { el.setSelectionRange(caret, caret); } catch (e) {} } }
         }
         body.setAttribute("data-refreshed", String(Date.now()));
