@@ -814,7 +814,8 @@ func reader(t *testing.T) string {
 // onLogin fails unless s shows the login page (and nothing else).
 func onLogin(t *testing.T, s *browsertest.Session, what string) {
 	t.Helper()
-	waitJS(t, s, `location.pathname === "/login"`, 5*time.Second)
+	// The address changes as the page starts to load: wait for its parse.
+	waitJS(t, s, `location.pathname === "/login" && document.readyState !== "loading"`, 5*time.Second)
 	if !eval[bool](t, s, `!!document.querySelector('input#token[name="token"][type="password"]') && !!document.querySelector('button[type="submit"]')`) {
 		t.Errorf("%s: the login page has no input#token[type=password] and submit button", what)
 	}
@@ -1278,14 +1279,14 @@ func testChangeWhileLoading(t *testing.T, sc *scene, srv *uiServers, b *browsert
 	}
 }
 
-// testFocusAcrossRefresh: a keyboard user's focus, on a button or a link
-// without an id, stays where it was when the page refreshes itself (CI's
+// testFocusAcrossRefresh: a keyboard user's focus, on a button, a link or
+// a tree node's YAML toggle, none with an id, stays where it was when the page refreshes itself (CI's
 // Actions check once pressed Enter on a body a refresh had left focused).
 func testFocusAcrossRefresh(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
 	s := b.NewSession(t)
 	open(t, s, srv.local, msPath(sc.other), 200)
 	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
-	for _, sel := range []string{`button[data-action="sync"]`, `#main a[href*="/history"]`} {
+	for _, sel := range []string{`button[data-action="sync"]`, `#main a[href*="/history"]`, `#main li[data-object] > details > summary`} {
 		if !eval[bool](t, s, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e || e.id) return false; e.focus(); return document.activeElement === e })()`, sel)) {
 			t.Fatalf("%s: no such element without an id to focus", sel)
 		}

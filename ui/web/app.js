@@ -49,9 +49,10 @@
   }
 
   // focusKey is a selector that finds el again in a fresh <main>: its id,
-  // else what names an action button (data-action, data-entry) or a link
-  // (href), so that a keyboard user's focus survives a live refresh; ""
-  // when nothing names it.
+  // else what names an action button (data-action, data-entry), a link
+  // (href) or a tree node's YAML toggle (its node's data-object), so that
+  // a keyboard user's focus survives a live refresh; "" when nothing names
+  // it.
   function focusKey(el) {
     var tag = el.tagName.toLowerCase();
     if (el.id) return "#" + CSS.escape(el.id);
@@ -63,6 +64,8 @@
     }
     var href = el.getAttribute("href");
     if (tag === "a" && href) return 'a[href="' + CSS.escape(href) + '"]';
+    var node = el.closest("[data-object]");
+    if (tag === "summary" && node) return '[data-object="' + CSS.escape(node.getAttribute("data-object")) + '"] > details > summary';
     return "";
   }
 
