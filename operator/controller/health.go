@@ -106,11 +106,49 @@ func (r *Reconciler) awaitEstablished(ctx context.Context, c *cluster, checker *
 		})
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("not waiting for the CRD to be Established", "crd", ch.Item.id.Name, "timeout", establishTimeout.String(), "error", err.Error())
+			continue
+		}
+		// The API server's discovery may name the kind some time after
+		// the CRD is Established (seconds on a loaded server): until the
+		// client's REST mapper finds it, which it asks discovery again
+		// for on each miss, an object of the kind would fail with "no
+		// matches for kind".
+		gk, versions := crdKind(crd)
+		if gk.Kind == "" || len(versions) == 0 {
+			continue
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, establishTimeout, true, func(context.Context) (bool, error) {
+			_, err := c.client.RESTMapper().RESTMapping(gk, versions...)
+			return err == nil, nil
+		})
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("not waiting for the CRD's kind to be discovered", "crd", ch.Item.id.Name, "timeout", establishTimeout.String(), "error", err.Error())
 		}
 	}
 	if m, ok := r.Mapper.(apimeta.ResettableRESTMapper); ok && waited && !c.remote {
 		m.Reset()
 	}
+}
+
+// crdKind is the group and kind a CRD defines, and the versions it
+// serves.
+func crdKind(crd *unstructured.Unstructured) (schema.GroupKind, []string) {
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+	list, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	var versions []string
+	for _, v := range list {
+		m, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(m, "name")
+		served, _, _ := unstructured.NestedBool(m, "served")
+		if name != "" && served {
+			versions = append(versions, name)
+		}
+	}
+	return schema.GroupKind{Group: group, Kind: kind}, versions
 }
 
 // waveWait returns what keeps the waves after wave n from starting: its

@@ -125,8 +125,8 @@ func TestHelmChartWithCRDsSyncsInOneReconcile(t *testing.T) {
 	if n := evaluations(t, ns, ms.Name); n != 1 {
 		t.Errorf("synced after %d evaluations, want 1", n)
 	}
-	if n := seriesIn(t, failuresTotal, ns); n != 0 {
-		t.Errorf("%d failure series before the sync", n)
+	if failed := seriesLabels(t, failuresTotal, prometheus.Labels{"namespace": ns}); len(failed) != 0 {
+		t.Errorf("failures before the sync: %v; events: %v", failed, warnings(t, remoteEnv.Client, ms))
 	}
 	if rev := got.Status.Inputs.Sources["gadgets"]; rev == "" {
 		t.Errorf("no revision of the chart in status.inputs: %v", got.Status.Inputs.Sources)

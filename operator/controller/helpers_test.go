@@ -145,6 +145,23 @@ func waitEvent(t testing.TB, ms *v1alpha1.ManifestSync, reason, text string) {
 	})
 }
 
+// warnings are the notes of ms's Warning events in c, to say why a test
+// saw a failure.
+func warnings(t testing.TB, c client.Reader, ms *v1alpha1.ManifestSync) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := c.List(context.Background(), &list, client.InNamespace(ms.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var notes []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == ms.Name && e.Regarding.Kind == v1alpha1.Kind && e.Type == corev1.EventTypeWarning {
+			notes = append(notes, e.Reason+": "+e.Note)
+		}
+	}
+	return notes
+}
+
 func newSync(ns, name string, spec v1alpha1.ManifestSyncSpec) *v1alpha1.ManifestSync {
 	return &v1alpha1.ManifestSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
 }

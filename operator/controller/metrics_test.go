@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,12 +110,19 @@ func seriesIn(t *testing.T, c prometheus.Collector, ns string) int {
 // series with this, never with testutil.CollectAndCount.
 func seriesWith(t *testing.T, c prometheus.Collector, want prometheus.Labels) int {
 	t.Helper()
+	return len(seriesLabels(t, c, want))
+}
+
+// seriesLabels is the label sets of the series seriesWith counts, as
+// name=value lists, to say which series a test did not expect.
+func seriesLabels(t *testing.T, c prometheus.Collector, want prometheus.Labels) []string {
+	t.Helper()
 	ch := make(chan prometheus.Metric)
 	go func() {
 		c.Collect(ch)
 		close(ch)
 	}()
-	n := 0
+	var found []string
 	for m := range ch {
 		var out dto.Metric
 		if err := m.Write(&out); err != nil {
@@ -122,16 +130,18 @@ func seriesWith(t *testing.T, c prometheus.Collector, want prometheus.Labels) in
 			continue
 		}
 		matched := 0
+		var labels []string
 		for _, l := range out.GetLabel() {
 			if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
 				matched++
 			}
+			labels = append(labels, l.GetName()+"="+l.GetValue())
 		}
 		if matched == len(want) {
-			n++
+			found = append(found, strings.Join(labels, ","))
 		}
 	}
-	return n
+	return found
 }
 
 // TestFetchResult: a git read is counted by why it failed, however deeply
