@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 	"github.com/manifestsync/manifestsync/operator/testenv"
@@ -36,8 +35,6 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	// The informers' own logs (controller-runtime's) are not the UI's.
-	ctrllog.SetLogger(logr.Discard())
 	os.Exit(testenv.Run(m, &env))
 }
 

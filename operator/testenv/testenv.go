@@ -44,6 +44,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,6 +53,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
 )
@@ -85,6 +87,10 @@ type Setup func(*Env) (teardown func(), err error)
 // skips.
 func Run(m *testing.M, env **Env, setups ...Setup) int {
 	flag.Parse()
+	// controller-runtime's own logs (envtest's, the informers', an
+	// operator's) are not what the tests read; unset, the first of them
+	// prints a stack into the test's output, which reads like a panic.
+	ctrllog.SetLogger(logr.Discard())
 	if testing.Short() {
 		return m.Run()
 	}

@@ -44,7 +44,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manifestsync/manifestsync/api/v1alpha1"
@@ -64,9 +63,6 @@ var env *testenv.Env
 const timeout = 90 * time.Second
 
 func TestMain(m *testing.M) {
-	// controller-runtime's own logs (the informers', the operator's) are
-	// not what the tests read; unset, the first of them prints a stack.
-	ctrllog.SetLogger(logr.Discard())
 	os.Exit(testenv.Run(m, &env, testenv.WithWorkloads()))
 }
 
