@@ -200,11 +200,18 @@ func TestObjectSetMirrorsLabelledSecrets(t *testing.T) {
 	}
 
 	// Deleting the ManifestSync prunes a thousand copies: give it longer
-	// than the cleanup's wait.
+	// than the cleanup's wait (over a minute at load 20).
 	if err := env.Client.Delete(ctx, ms); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, func() error { return gone(ms) })
+	start = time.Now()
+	eventually(t, 3*time.Minute, func() error { return gone(ms) })
+	t.Logf("deleted, its copies pruned, after %v", time.Since(start).Round(time.Millisecond))
+	for _, name := range []string{"shared-0", "shared-4", "sixth"} {
+		if n := copies(t, name); n != 0 {
+			t.Errorf("%s: %d copies left after the ManifestSync's deletion", name, n)
+		}
+	}
 }
 
 // copies counts the Secrets named name in namespaces other than their

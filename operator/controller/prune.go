@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -99,12 +101,9 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 	}
 	clusters := clusterMemo{r: r, ms: ms}
 	fail := func(it inventoryItem, c *cluster, err error) error {
-		if why := clusterFailure(err); why != "" {
-			err = fmt.Errorf("cluster %q: %s: %w", c.name, why, err)
-			clusters.fail(it.cluster, err)
-		}
-		return err
+		return clusters.failure(it.cluster, c, err)
 	}
+	var reads []pruneCandidate
 	for it := range inventory {
 		if present[it.target] && !done[it.target] {
 			res.inventory = append(res.inventory, &it) // keep until the target syncs
@@ -121,39 +120,138 @@ func (r *Reconciler) prune(ctx context.Context, ms *v1alpha1.ManifestSync, outco
 			keep(it, err)
 			continue
 		}
-		obj, err := r.ownedObject(ctx, ms, c, it)
+		reads = append(reads, pruneCandidate{it: it, c: c})
+	}
+	for i, err := range r.readOwned(ctx, ms, &clusters, reads) {
+		p := reads[i]
 		switch {
 		case err != nil:
-			keep(it, fail(it, c, err))
-		case obj != nil:
-			candidates = append(candidates, pruneCandidate{it: it, c: c, obj: obj})
+			keep(p.it, fail(p.it, p.c, err))
+		case p.obj != nil:
+			candidates = append(candidates, p)
 		}
 	}
 	// The last wave goes first, so that what the first waves set up
 	// (CRDs, namespaces, a database) outlives what uses it.
 	slices.SortStableFunc(candidates, func(a, b pruneCandidate) int { return b.wave() - a.wave() })
-	for _, p := range candidates {
-		if err := clusters.errs[p.it.cluster]; err != nil {
-			keep(p.it, err)
-			continue
-		}
-		deleted, err := deleteOwned(ctx, p.c, p.it, p.obj)
-		switch {
-		case err != nil:
-			keep(p.it, fail(p.it, p.c, err))
-		case deleted:
-			res.pruned = append(res.pruned, p.it.id)
+	for wave := range waves(candidates) {
+		results := clusters.eachOf(len(wave), func(i int) string { return wave[i].it.cluster }, func(i int) error {
+			p := &wave[i]
+			var err error
+			p.deleted, err = deleteOwned(ctx, p.c, p.it, p.obj)
+			return err
+		})
+		for i, err := range results {
+			p := wave[i]
+			switch {
+			case err != nil:
+				keep(p.it, fail(p.it, p.c, err))
+			case p.deleted:
+				res.pruned = append(res.pruned, p.it.id)
+			}
 		}
 	}
 	res.err = errors.Join(errs...)
 	return res
 }
 
-// pruneCandidate is an inventory object of ours to prune.
+// roundTrips bounds the reads and deletions of one prune or deletion in
+// flight at once. Each is a round trip to an API server: a thousand of
+// them one after another take seconds on a local one and minutes on a
+// remote cluster's.
+const roundTrips = 8
+
+// readOwned reads the live metadata of each of reads (ownedObject) into its
+// obj, a few at a time, and returns each one's error.
+func (r *Reconciler) readOwned(ctx context.Context, ms *v1alpha1.ManifestSync, clusters *clusterMemo, reads []pruneCandidate) []error {
+	return clusters.eachOf(len(reads), func(i int) string { return reads[i].it.cluster }, func(i int) error {
+		p := &reads[i]
+		var err error
+		p.obj, err = r.ownedObject(ctx, ms, p.c, p.it)
+		return err
+	})
+}
+
+// waves yields the runs of one wave of candidates, sorted by wave.
+func waves(candidates []pruneCandidate) iter.Seq[[]pruneCandidate] {
+	return func(yield func([]pruneCandidate) bool) {
+		for start := 0; start < len(candidates); {
+			end := start + 1
+			for end < len(candidates) && candidates[end].wave() == candidates[start].wave() {
+				end++
+			}
+			if !yield(candidates[start:end]) {
+				return
+			}
+			start = end
+		}
+	}
+}
+
+// eachOf calls call(i) for each i below n, roundTrips at once, and
+// returns each call's error. The call of an object whose cluster (ref(i))
+// has failed as a whole, in the memo or at an earlier call of this run
+// (clusterFailure), is not made: its error is that failure's.
+func (m *clusterMemo) eachOf(n int, ref func(int) string, call func(int) error) []error {
+	errs := make([]error, n)
+	var (
+		mu   sync.Mutex
+		down = map[string]error{}
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	failed := func(ref string) error {
+		if err := m.errs[ref]; err != nil {
+			return err // m is not written until every call returned
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return down[ref]
+	}
+	for range min(n, roundTrips) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				ref := ref(i)
+				if errs[i] = failed(ref); errs[i] != nil {
+					continue
+				}
+				if errs[i] = call(i); errs[i] != nil && clusterFailure(errs[i]) != "" {
+					mu.Lock()
+					if down[ref] == nil {
+						down[ref] = errs[i]
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// failure is err, an object's failure in the cluster ref (c), as its
+// pass reports it: the first failure of a cluster as a whole, named by
+// the cluster, fails its other objects with the same error, once.
+func (m *clusterMemo) failure(ref string, c *cluster, err error) error {
+	why := clusterFailure(err)
+	if why == "" || c == nil {
+		return err
+	}
+	if prev := m.errs[ref]; prev != nil {
+		return prev
+	}
+	err = fmt.Errorf("cluster %q: %s: %w", c.name, why, err)
+	m.fail(ref, err)
+	return err
+}
+
+// pruneCandidate is an inventory object of ours to prune: obj is its
+// live metadata, once read, and deleted says whether it was deleted.
 type pruneCandidate struct {
-	it  inventoryItem
-	c   *cluster
-	obj *metav1.PartialObjectMetadata
+	it      inventoryItem
+	c       *cluster
+	obj     *metav1.PartialObjectMetadata
+	deleted bool
 }
 
 // wave is the candidate's wave, as the live object has it (the desired

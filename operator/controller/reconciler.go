@@ -567,11 +567,8 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 	)
 	clusters := clusterMemo{r: r, ms: ms}
 	fail := func(it inventoryItem, c *cluster, err error) {
-		if c != nil && clusterFailure(err) != "" {
-			err = fmt.Errorf("cluster %q: %s: %w", c.name, clusterFailure(err), err)
-			clusters.fail(it.cluster, err) // its other objects are left at once
-		}
-		if !slices.Contains(errs, err) { // a cluster's failure, once
+		// A cluster's failure leaves its other objects at once.
+		if err = clusters.failure(it.cluster, c, err); !slices.Contains(errs, err) { // a cluster's failure, once
 			errs = append(errs, err)
 		}
 		left = append(left, it.describe())
@@ -582,28 +579,35 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 		left = append(left, "every object of its inventory")
 	}
 	// Every object is read first, so that the last wave goes first.
-	var owned []pruneCandidate
+	var reads, owned []pruneCandidate
 	for _, it := range inventory {
 		c, err := clusters.get(ctx, it.cluster)
-		var obj *metav1.PartialObjectMetadata
-		if err == nil {
-			obj, err = r.ownedObject(ctx, ms, c, it)
-		}
-		switch {
-		case err != nil:
+		if err != nil {
 			fail(it, c, err)
-		case obj != nil:
-			owned = append(owned, pruneCandidate{it: it, c: c, obj: obj})
+			continue
+		}
+		reads = append(reads, pruneCandidate{it: it, c: c})
+	}
+	for i, err := range r.readOwned(ctx, ms, &clusters, reads) {
+		switch p := reads[i]; {
+		case err != nil:
+			fail(p.it, p.c, err)
+		case p.obj != nil:
+			owned = append(owned, p)
 		}
 	}
 	slices.SortStableFunc(owned, func(a, b pruneCandidate) int { return b.wave() - a.wave() })
-	for _, p := range owned {
-		if err := clusters.errs[p.it.cluster]; err != nil {
-			fail(p.it, p.c, err)
-			continue
-		}
-		if err := finalizeObject(ctx, ms, p, &pruned); err != nil {
-			fail(p.it, p.c, err)
+	for wave := range waves(owned) {
+		results := clusters.eachOf(len(wave), func(i int) string { return wave[i].it.cluster }, func(i int) error {
+			return finalizeObject(ctx, ms, &wave[i])
+		})
+		for i, err := range results {
+			switch p := wave[i]; {
+			case err != nil:
+				fail(p.it, p.c, err)
+			case p.deleted:
+				pruned = append(pruned, p.it.describe())
+			}
 		}
 	}
 	if len(pruned) > 0 {
@@ -630,8 +634,8 @@ func (r *Reconciler) finalize(ctx context.Context, ms *v1alpha1.ManifestSync) er
 }
 
 // finalizeObject deletes or orphans one object of ours, per
-// spec.policy.deletion, adding it to pruned when it deleted it.
-func finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, p pruneCandidate, pruned *[]string) error {
+// spec.policy.deletion, setting p.deleted when it deleted it.
+func finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, p *pruneCandidate) error {
 	if ms.Spec.Policy.Deletion == v1alpha1.DeletionOrphan {
 		return orphanOwned(ctx, p.c, p.it, p.obj)
 	}
@@ -640,7 +644,7 @@ func finalizeObject(ctx context.Context, ms *v1alpha1.ManifestSync, p pruneCandi
 	case err != nil:
 		return err
 	case deleted:
-		*pruned = append(*pruned, p.it.describe())
+		p.deleted = true
 		return nil
 	}
 	// Kept (pruning disabled): it must not name a ManifestSync that is

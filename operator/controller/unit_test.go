@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -471,5 +472,100 @@ func TestFieldsDigestSpelling(t *testing.T) {
 		if d := parseFieldsDigest(s); d != 0 || d.String() != "" {
 			t.Errorf("%q read as the digest %q", s, d.String())
 		}
+	}
+}
+
+// A prune's or deletion's round trips go roundTrips at once; once one
+// fails as its cluster's failure, the calls of that cluster not yet made
+// are not, and those of other clusters are.
+func TestEachOf(t *testing.T) {
+	down := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	if clusterFailure(down) == "" {
+		t.Fatal("the test's error is no cluster failure")
+	}
+	memoErr := errors.New("cluster \"c\": unreachable")
+	m := &clusterMemo{errs: map[string]error{"c": memoErr}}
+	const n = 200
+	ref := func(i int) string { return []string{"a", "b", "c"}[i%3] }
+	var (
+		mu               sync.Mutex
+		inFlight, most   int
+		calls            = map[string]int{}
+		full             = make(chan struct{})
+		failedAt         = -1
+		callsOfABeforeIt int
+	)
+	errs := m.eachOf(n, ref, func(i int) error {
+		mu.Lock()
+		calls[ref(i)]++
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == roundTrips && most == roundTrips && calls["a"]+calls["b"] == roundTrips {
+			close(full) // the first roundTrips calls, all in flight
+		}
+		fail := ref(i) == "a" && calls["a"] == 5
+		if fail {
+			failedAt, callsOfABeforeIt = i, calls["a"]
+		}
+		mu.Unlock()
+		{ // each call waits until roundTrips of them were in flight at once
+			select {
+			case <-full:
+			case <-time.After(30 * time.Second):
+				t.Error("the first calls were not in flight together")
+			}
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		if fail {
+			return down
+		}
+		return nil
+	})
+	if most != roundTrips {
+		t.Errorf("at most %d calls in flight, want %d", most, roundTrips)
+	}
+	if calls["c"] != 0 {
+		t.Errorf("%d calls to the cluster the memo knows failed", calls["c"])
+	}
+	if want := (n + 1) / 3; calls["b"] != (n+1)/3 {
+		t.Errorf("%d calls to cluster b, want %d", calls["b"], want)
+	}
+	// Calls of a already started when the failure came may be made;
+	// none after.
+	if calls["a"] > callsOfABeforeIt+roundTrips-1 {
+		t.Errorf("%d calls to cluster a after its failure at its call %d", calls["a"], callsOfABeforeIt)
+	}
+	for i, err := range errs {
+		switch {
+		case ref(i) == "c" && err != memoErr:
+			t.Errorf("%d: %v, want the memo's error", i, err)
+		case ref(i) == "b" && err != nil:
+			t.Errorf("%d: %v", i, err)
+		case ref(i) == "a" && i == failedAt && err != down:
+			t.Errorf("%d: %v, want its own failure", i, err)
+		}
+	}
+	skipped := 0
+	for i, err := range errs {
+		if ref(i) == "a" && i != failedAt && err == down {
+			skipped++
+		}
+	}
+	if want := (n+2)/3 - calls["a"]; skipped != want {
+		t.Errorf("%d calls of cluster a skipped with its failure, want %d", skipped, want)
+	}
+	// The failure is reported once, named by its cluster.
+	c := &cluster{name: "a"}
+	first := m.failure("a", c, down)
+	if !errors.Is(first, down) || !strings.Contains(first.Error(), `cluster "a": unreachable`) {
+		t.Errorf("first failure %v", first)
+	}
+	if again := m.failure("a", c, errors.New("i/o timeout")); again != first {
+		t.Errorf("a second failure of cluster a is %v, want the first", again)
+	}
+	if denied := m.failure("b", c, nil); denied != nil {
+		t.Errorf("no error gave %v", denied)
 	}
 }
