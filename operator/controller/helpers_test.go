@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,8 +122,8 @@ func configMapWith(t testing.TB, within time.Duration, ms *v1alpha1.ManifestSync
 }
 
 // waitEvent waits for an event of ms with the reason whose note contains
-// text.
-func waitEvent(t testing.TB, ms *v1alpha1.ManifestSync, reason, text string) {
+// one of texts.
+func waitEvent(t testing.TB, ms *v1alpha1.ManifestSync, reason string, texts ...string) {
 	t.Helper()
 	eventually(t, timeout, func() error {
 		var list eventsv1.EventList
@@ -136,12 +135,12 @@ func waitEvent(t testing.TB, ms *v1alpha1.ManifestSync, reason, text string) {
 			if e.Regarding.Name != ms.Name || e.Regarding.Kind != v1alpha1.Kind {
 				continue
 			}
-			if e.Reason == reason && strings.Contains(e.Note, text) {
+			if e.Reason == reason && containsAny(e.Note, texts) {
 				return nil
 			}
 			notes = append(notes, e.Reason+": "+e.Note)
 		}
-		return fmt.Errorf("no %s event with %q; events: %q", reason, text, notes)
+		return fmt.Errorf("no %s event with any of %q; events: %q", reason, texts, notes)
 	})
 }
 
