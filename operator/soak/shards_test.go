@@ -843,9 +843,29 @@ func (r *run) checkShardEvents(events []auditEvent, faults []*fault) {
 	var expired, drained, stopped int
 	soonest, quickest := time.Duration(-1), time.Duration(-1)
 	gap := shard.DefaultHandoverGap
+	// heldUntil is the last renewal before t of the process of replica id
+	// that held its Lease at from: the renewals after from until one
+	// that follows a deletion of the Lease, or a pause of at least the
+	// fence (a process renews nothing past its fence), which only a
+	// later process of the ID makes.
+	heldUntil := func(id string, from, t time.Time) time.Time {
+		rs := renewals[id]
+		last, ok := lastBefore(rs, from)
+		if !ok {
+			last = from
+		}
+		i, _ := slices.BinarySearchFunc(rs, from, cmp)
+		for ; i < len(rs) && rs[i].Before(t); i++ {
+			if _, deleted := deletedBetween(id, last, rs[i]); deleted || rs[i].Sub(last) >= fence {
+				break
+			}
+			last = rs[i]
+		}
+		return last
+	}
 	for ms, ls := range labels {
 		prev := ""
-		var ackAt time.Time
+		var ackAt, labelledAt time.Time
 		for _, l := range ls {
 			if l.owner == "" {
 				if prev != "" && l.by == prev && ackAt.IsZero() {
@@ -854,13 +874,18 @@ func (r *run) checkShardEvents(events []auditEvent, faults []*fault) {
 				continue
 			}
 			if l.owner == prev {
-				ackAt = time.Time{} // labelled to its old owner again
+				ackAt, labelledAt = time.Time{}, l.at // labelled to its old owner again
 				continue
 			}
 			if prev != "" {
 				moves[ms]++
 				r.mon.count(invMove, 1)
-				last, _ := lastBefore(renewals[prev], l.at)
+				// Judged on the process of prev it was labelled to: a
+				// later process of the ID lets go of what an earlier one
+				// held before it syncs anything (releaseEarlier), so the
+				// sharder may take it from the earlier one while the
+				// later renews.
+				last := heldUntil(prev, labelledAt, l.at)
 				deletedAt, deleted := deletedBetween(prev, last, l.at)
 				letGo := ackAt
 				if deleted && (letGo.IsZero() || deletedAt.Before(letGo)) {
@@ -890,7 +915,7 @@ func (r *run) checkShardEvents(events []auditEvent, faults []*fault) {
 						prev, l.owner, l.at.Format(time.StampMilli), l.at.Sub(last).Round(time.Millisecond), prev, last.Format(time.StampMilli)))
 				}
 			}
-			prev, ackAt = l.owner, time.Time{}
+			prev, ackAt, labelledAt = l.owner, time.Time{}, l.at
 		}
 	}
 	r.f.change(func() {
