@@ -111,6 +111,7 @@ func TestUI(t *testing.T) {
 	run("ChangeWhileLoading", func(t *testing.T) { testChangeWhileLoading(t, sc, srv, b) })
 	run("ConfirmAcrossRefresh", func(t *testing.T) { testConfirmAcrossRefresh(t, sc, srv, b) })
 	run("FocusAcrossRefresh", func(t *testing.T) { testFocusAcrossRefresh(t, sc, srv, b) })
+	run("ClickAcrossRefresh", func(t *testing.T) { testClickAcrossRefresh(t, sc, srv, b) })
 	run("NoScript", func(t *testing.T) { testNoScript(t, sc, srv, b) })
 	run("Accessibility", func(t *testing.T) { testAccessibility(t, sc, srv, b) })
 	run("Screenshots", func(t *testing.T) { testScreenshots(t, sc, srv, b) })
@@ -401,6 +402,13 @@ func testActions(t *testing.T, sc *scene, srv *uiServers, s *browsertest.Session
 	ctx := context.Background()
 	page := msPath(sc.app)
 	open(t, s, srv.local, page, 200)
+	// A failure half-way must not leave the ManifestSync suspended for the
+	// checks after this one.
+	t.Cleanup(func() {
+		if getSync(t, sc.app).Spec.Suspend {
+			setSuspend(t, sc.app, false)
+		}
+	})
 
 	// Sync now, by keyboard alone: the button focused, Enter asks, Tab
 	// reaches Confirm, Enter confirms.
@@ -1311,6 +1319,55 @@ func testFocusAcrossRefresh(t *testing.T, sc *scene, srv *uiServers, b *browsert
 		if !eval[bool](t, s, fmt.Sprintf(`document.activeElement === document.querySelector(%q)`, sel)) {
 			t.Errorf("a refresh moved the focus from %s to %s", sel, eval[string](t, s, `document.activeElement.outerHTML.slice(0, 120)`))
 		}
+	}
+}
+
+// testClickAcrossRefresh: the page refreshes itself between the press of
+// the mouse on a button and its release (CI's Actions check once lost a
+// click on Resume so: the operator wrote the status of the suspend while
+// it clicked). The click must still ask, and the refresh follow it.
+func testClickAcrossRefresh(t *testing.T, sc *scene, srv *uiServers, b *browsertest.Browser) {
+	s := b.NewSession(t)
+	open(t, s, srv.local, msPath(sc.other), 200)
+	waitJS(t, s, `document.getElementById("live").classList.contains("on")`, 10*time.Second)
+	const button = `button[data-action="suspend"]`
+	at := eval[[]float64](t, s, fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2] })()`, button))
+	mouse := func(typ input.DispatchMouseEventType) {
+		t.Helper()
+		p := input.DispatchMouseEventParams{Type: typ, X: at[0], Y: at[1], Button: input.MouseButtonLeft, ClickCount: 1}
+		if typ == input.DispatchMouseEventTypeMousePressed {
+			p.Buttons = 1
+		}
+		if err := s.Do(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, tg, input.DispatchMouseEvent, p)
+			return chromedp.Void{}, err
+		}); err != nil {
+			t.Fatalf("mouse %s at %v: %v", typ, at, err)
+		}
+	}
+	// The page's fetches of its fragment, done.
+	const fetches = `performance.getEntriesByType("resource").filter(e => e.initiatorType === "fetch").length`
+	n := eval[int](t, s, fetches)
+	eval[bool](t, s, `(document.getElementById("main").firstElementChild.__old = true)`)
+	mouse(input.DispatchMouseEventTypeMousePressed)
+	requestSync(t, sc.other)
+	waitJS(t, s, fmt.Sprintf("%s > %d", fetches, n), 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // its text read
+	if !eval[bool](t, s, `!!document.getElementById("main").firstElementChild.__old`) {
+		t.Errorf("the page swapped its <main> while a button was pressed")
+	}
+	mouse(input.DispatchMouseEventTypeMouseReleased)
+	if err := s.WaitJS(`document.getElementById("confirm").open`, within); err != nil {
+		t.Fatalf("a click a refresh came between the press and the release of did not ask: %v", err)
+	}
+	if err := s.WaitJS(`!document.getElementById("main").firstElementChild.__old`, within); err != nil {
+		t.Errorf("the refresh held while the button was pressed did not follow its release: %v", err)
+	}
+	click(t, s, "#confirm-cancel")
+	waitJS(t, s, `!document.getElementById("confirm").open`, within)
+	if getSync(t, sc.other).Spec.Suspend {
+		t.Errorf("a cancelled suspend suspended %s", sc.other)
+		setSuspend(t, sc.other, false)
 	}
 }
 

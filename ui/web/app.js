@@ -70,6 +70,45 @@
   }
 
   // Swapping <main> for the server's fresh fragment.
+  function swap(html) {
+    var main = document.getElementById("main");
+    // Keep open <details> and the focused filter across the swap.
+    var open = {};
+    main.querySelectorAll("details[open]").forEach(function (d) {
+      var li = d.closest("[data-object]");
+      if (li) open[li.getAttribute("data-object")] = true;
+    });
+    var active = document.activeElement && main.contains(document.activeElement) ? focusKey(document.activeElement) : "";
+    var caret = active && document.activeElement.selectionStart;
+    main.innerHTML = html;
+    main.querySelectorAll("[data-object]").forEach(function (li) {
+      var d = li.querySelector(":scope > details");
+      if (d && open[li.getAttribute("data-object")]) d.open = true;
+    });
+    if (active) {
+      var el = main.querySelector(active);
+      if (el) { el.focus(); if (caret != null && el.setSelectionRange) { try { el.setSelectionRange(caret, caret); } catch (e) {} } }
+    }
+    body.setAttribute("data-refreshed", String(Date.now()));
+  }
+
+  // A click is a press and a release on one element: a swap between the
+  // two would put the release on a new element and lose the click (the
+  // operator writes a status while one clicks). A fragment that comes
+  // while a button is held waits for its release, at most 10 s.
+  var pressedAt = 0, held = null;
+  document.addEventListener("pointerdown", function () { pressedAt = Date.now(); }, true);
+  function release() {
+    pressedAt = 0;
+    if (held === null) return;
+    var html = held;
+    held = null;
+    setTimeout(function () { if (!pressedAt) swap(html); else held = html; }, 0); // after the click the release makes
+  }
+  document.addEventListener("pointerup", release, true);
+  document.addEventListener("pointercancel", release, true);
+  window.addEventListener("blur", release);
+
   var busy = false, again = false, last = 0, timer = null;
   function refresh() {
     if (busy) { again = true; return; }
@@ -87,25 +126,9 @@
       })
       .then(function (html) {
         if (html === null) return;
-        var main = document.getElementById("main");
-        // Keep open <details> and the focused filter across the swap.
-        var open = {};
-        main.querySelectorAll("details[open]").forEach(function (d) {
-          var li = d.closest("[data-object]");
-          if (li) open[li.getAttribute("data-object")] = true;
-        });
-        var active = document.activeElement && main.contains(document.activeElement) ? focusKey(document.activeElement) : "";
-        var caret = active && document.activeElement.selectionStart;
-        main.innerHTML = html;
-        main.querySelectorAll("[data-object]").forEach(function (li) {
-          var d = li.querySelector(":scope > details");
-          if (d && open[li.getAttribute("data-object")]) d.open = true;
-        });
-        if (active) {
-          var el = main.querySelector(active);
-          if (el) { el.focus(); if (caret != null && el.setSelectionRange) { try { el.setSelectionRange(caret, caret); } catch (e) {} } }
-        }
-        body.setAttribute("data-refreshed", String(Date.now()));
+        if (pressedAt && Date.now() - pressedAt < 10000) { held = html; return; }
+        held = null;
+        swap(html);
       })
       .catch(function () {})
       .then(function () {
