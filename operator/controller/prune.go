@@ -193,6 +193,9 @@ func waves(candidates []pruneCandidate) iter.Seq[[]pruneCandidate] {
 // has failed as a whole, in the memo or at an earlier call of this run
 // (clusterFailure), is not made: its error is that failure's.
 func (m *clusterMemo) eachOf(n int, ref func(int) string, call func(int) error) []error {
+	if n == 0 {
+		return nil // a steady sync: nothing to read or delete
+	}
 	errs := make([]error, n)
 	var (
 		mu   sync.Mutex

@@ -485,6 +485,9 @@ func TestEachOf(t *testing.T) {
 	}
 	memoErr := errors.New("cluster \"c\": unreachable")
 	m := &clusterMemo{errs: map[string]error{"c": memoErr}}
+	if errs := m.eachOf(0, func(int) string { return "a" }, func(int) error { t.Error("a call of nothing"); return nil }); len(errs) != 0 {
+		t.Errorf("eachOf(0) = %v", errs)
+	}
 	const n = 200
 	ref := func(i int) string { return []string{"a", "b", "c"}[i%3] }
 	var (
