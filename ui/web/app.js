@@ -95,7 +95,8 @@
   // A click is a press and a release on one element: a swap between the
   // two would put the release on a new element and lose the click (the
   // operator writes a status while one clicks). A fragment that comes
-  // while a button is held waits for its release, at most 10 s.
+  // within 10 s of a press waits for its release; one after that, from a
+  // press never released, is swapped in.
   var pressedAt = 0, held = null;
   document.addEventListener("pointerdown", function () { pressedAt = Date.now(); }, true);
   function release() {
