@@ -50,7 +50,10 @@ func ReadRequests(ctx context.Context, cfg *rest.Config) (Requests, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	// name[] has the server write this family alone (Prometheus' filter):
+	// 19 KB against 2.9 MB of every family, which cost the API server half
+	// a second of CPU at each read, and tests read it often.
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").Param("name[]", "apiserver_request_total").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
