@@ -47,8 +47,8 @@ TEST_TIMEOUT ?= 30m
 test: $(HELM) ## Run every test (installs what the tests need first: etcd, sshd, docker-registry, chromium, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, bin/helm, the engine's cross-builds).
 	hack/test-deps.sh
 	hack/envtest.sh >/dev/null
-	$(GO) run ./hack/image compile
-	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) run ./hack/image compile -o $(BIN)/programs
+	KUBEBUILDER_ASSETS=$$(hack/envtest.sh) MANIFESTSYNC_IMAGE_PROGRAMS=$(BIN)/programs $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-loaded
 test-loaded: ## Run make test while busy loops load the machine (LOAD=13 of them: a load average of about 15 on 2 cores).

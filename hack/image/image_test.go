@@ -239,7 +239,7 @@ func TestCompileUsage(t *testing.T) {
 		t.Errorf("compile -platforms linux: exit %d, %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := run(t.Context(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "image compile [-platforms LIST]") {
+	if code := run(t.Context(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "image compile [-o DIR] [-platforms LIST]") {
 		t.Errorf("no arguments: exit %d, usage %q", code, stderr.String())
 	}
 }

@@ -28,7 +28,7 @@ import (
 
 const usage = `usage:
   image build [-o DIR] [-platforms LIST] [-version V] [-source URL] [-licenses SPDX] [-ca FILE]
-  image compile [-platforms LIST]
+  image compile [-o DIR] [-platforms LIST]
   image push [-layout DIR] IMAGE
 `
 
@@ -118,15 +118,20 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return describe(stdout, *out, idx, meta, time.Since(start))
 }
 
-// runCompile builds the engine for every platform exactly as build does,
-// and throws the binaries away: what it leaves is Go's build cache, full.
-// make test runs it before the tests, so that the image test's cold
+// runCompile builds the engine for every platform exactly as build does.
+// With -o it keeps the programs there, one directory per platform
+// (DIR/linux-amd64/engine and engine-worker: what enginebuild.ProgramsEnv
+// names); without, it throws them away and what it leaves is Go's build
+// cache, full. make test runs it before the tests, so that the cold
 // cross-builds (the longest step of a first run) happen in the open, with
-// their progress shown, and not under a test's timeout.
+// their progress shown, and not under a test's timeout, and so that the
+// tests that run the image's engine take these programs instead of
+// linking their own.
 func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("image compile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "platforms to build for, comma-separated")
+	keep := fs.String("o", "", "directory to keep the programs in, one directory per platform (replaced)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,6 +144,15 @@ func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	meta, err := gitMeta(ctx, ".")
 	if err != nil {
+		return err
+	}
+	if *keep != "" {
+		// Nothing of an earlier run stays: a platform left out now
+		// must not be found there.
+		if err := os.RemoveAll(*keep); err != nil {
+			return err
+		}
+		_, err = compileAll(ctx, *keep, plats, meta, stderr)
 		return err
 	}
 	binDir, err := os.MkdirTemp("", "manifestsync-compile-")

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 )
 
 // Tags are the build tags of the engine binary and of its worker.
@@ -59,10 +60,55 @@ func ImageCommands(ctx context.Context, dir, out string, extra ...string) []*exe
 	}
 }
 
+// ProgramsEnv names a directory that holds the image's two programs as
+// `hack/image compile -o DIR` leaves them, one directory per platform
+// (DIR/linux-amd64/engine and engine-worker). make test builds them so
+// right before `go test` and sets it: the tests that start the image's
+// engine (the soak, bench W9 and W11, the image's own test) then link
+// none of their own, which spares make test a minute of linking. Outside
+// make test nothing sets it, and each builds what its tree holds.
+const ProgramsEnv = "MANIFESTSYNC_IMAGE_PROGRAMS"
+
+// Programs is the directory of this machine's platform under
+// ProgramsEnv, or "" when the variable is unset. A directory that is
+// named but lacks a program is an error: make test built it.
+func Programs() (string, error) {
+	root := os.Getenv(ProgramsEnv)
+	if root == "" {
+		return "", nil
+	}
+	dir := filepath.Join(root, runtime.GOOS+"-"+runtime.GOARCH)
+	for _, name := range []string{"engine", "engine-worker"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%s=%s: no program %s for %s/%s (hack/image compile -o %s builds them): %v", ProgramsEnv, root, name, runtime.GOOS, runtime.GOARCH, root, err)
+		}
+	}
+	return dir, nil
+}
+
 // Image builds the image's two programs into the directory out (see
 // ImageCommands) and returns the engine's path: what measures or tests
-// the operator as the image runs it builds and starts this.
+// the operator as the image runs it builds and starts this. Under make
+// test (ProgramsEnv) it links to the ones built before the tests instead.
 func Image(ctx context.Context, dir, out string) (string, error) {
+	prebuilt, err := Programs()
+	if err != nil {
+		return "", err
+	}
+	if prebuilt != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return "", err
+		}
+		// Links, not copies (two programs of 60-100 MB): the engine
+		// finds its worker beside the file it runs from, which is the
+		// prebuilt directory's.
+		for _, name := range []string{"engine", "engine-worker"} {
+			if err := os.Symlink(filepath.Join(prebuilt, name), filepath.Join(out, name)); err != nil {
+				return "", err
+			}
+		}
+		return filepath.Join(out, "engine"), nil
+	}
 	for _, cmd := range ImageCommands(ctx, dir, out) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("%v: %w\n%s", cmd.Args, err, b)

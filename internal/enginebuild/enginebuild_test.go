@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,47 @@ spec:
 	eval.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, WorkerEnv+"=") })
 	if b, err := eval.CombinedOutput(); err == nil || !strings.Contains(string(b), filepath.Join(out, "engine-worker")) {
 		t.Errorf("the lean engine's eval without its worker: %v, want an error naming %s:\n%s", err, filepath.Join(out, "engine-worker"), b)
+	}
+}
+
+// Under make test (ProgramsEnv) Image links to the programs built before
+// the tests and builds nothing; a directory named but lacking one is an
+// error that names the variable, not a silent build.
+func TestImageTakesPrebuiltPrograms(t *testing.T) {
+	kept := t.TempDir()
+	plat := filepath.Join(kept, runtime.GOOS+"-"+runtime.GOARCH)
+	if err := os.MkdirAll(plat, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(plat, "engine"), []byte("prebuilt engine"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ProgramsEnv, kept)
+	// Only the engine: the worker is missing.
+	if _, err := Image(context.Background(), "/nonexistent", t.TempDir()); err == nil || !strings.Contains(err.Error(), ProgramsEnv) || !strings.Contains(err.Error(), "engine-worker") {
+		t.Fatalf("Image with %s lacking the worker: %v, want an error naming both", ProgramsEnv, err)
+	}
+	if err := os.WriteFile(filepath.Join(plat, "engine-worker"), []byte("prebuilt worker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "image")
+	// dir names no module: a build would fail, a link does not read it.
+	engine, err := Image(context.Background(), "/nonexistent", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine != filepath.Join(out, "engine") {
+		t.Errorf("Image returned %s, want %s", engine, filepath.Join(out, "engine"))
+	}
+	for name, want := range map[string]string{"engine": "prebuilt engine", "engine-worker": "prebuilt worker"} {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		fi, serr := os.Stat(filepath.Join(out, name))
+		if err != nil || serr != nil || string(b) != want || fi.Mode().Perm()&0o100 == 0 {
+			t.Errorf("%s: %q %v (%v %v), want a link to the executable %q", name, b, fi.Mode(), err, serr, want)
+		}
+	}
+	t.Setenv(ProgramsEnv, "")
+	if dir, err := Programs(); dir != "" || err != nil {
+		t.Errorf("Programs without %s: %q %v, want nothing", ProgramsEnv, dir, err)
 	}
 }
