@@ -89,7 +89,7 @@ func Programs() (string, error) {
 // Image builds the image's two programs into the directory out (see
 // ImageCommands) and returns the engine's path: what measures or tests
 // the operator as the image runs it builds and starts this. Under make
-// test (ProgramsEnv) it links to the ones built before the tests instead.
+// test (ProgramsEnv) it copies the ones built before the tests instead.
 func Image(ctx context.Context, dir, out string) (string, error) {
 	prebuilt, err := Programs()
 	if err != nil {
@@ -99,13 +99,11 @@ func Image(ctx context.Context, dir, out string) (string, error) {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return "", err
 		}
-		// Links, not copies (two programs of 60-100 MB): the engine
-		// finds its worker beside the file it runs from, which is the
-		// prebuilt directory's.
-		for _, name := range []string{"engine", "engine-worker"} {
-			if err := os.Symlink(filepath.Join(prebuilt, name), filepath.Join(out, name)); err != nil {
-				return "", err
-			}
+		// Copies, not links: the engine finds its worker beside the
+		// file it runs from, and a test that removes out's worker must
+		// find none.
+		if err := os.CopyFS(out, os.DirFS(prebuilt)); err != nil {
+			return "", fmt.Errorf("copying the programs of %s: %w", ProgramsEnv, err)
 		}
 		return filepath.Join(out, "engine"), nil
 	}

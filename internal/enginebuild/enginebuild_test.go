@@ -143,7 +143,7 @@ spec:
 	}
 }
 
-// Under make test (ProgramsEnv) Image links to the programs built before
+// Under make test (ProgramsEnv) Image copies the programs built before
 // the tests and builds nothing; a directory named but lacking one is an
 // error that names the variable, not a silent build.
 func TestImageTakesPrebuiltPrograms(t *testing.T) {
@@ -164,7 +164,7 @@ func TestImageTakesPrebuiltPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "image")
-	// dir names no module: a build would fail, a link does not read it.
+	// dir names no module: a build would fail, a copy does not read it.
 	engine, err := Image(context.Background(), "/nonexistent", out)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestImageTakesPrebuiltPrograms(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(out, name))
 		fi, serr := os.Stat(filepath.Join(out, name))
 		if err != nil || serr != nil || string(b) != want || fi.Mode().Perm()&0o100 == 0 {
-			t.Errorf("%s: %q %v (%v %v), want a link to the executable %q", name, b, fi.Mode(), err, serr, want)
+			t.Errorf("%s: %q %v (%v %v), want an executable copy of %q", name, b, fi.Mode(), err, serr, want)
 		}
 	}
 	t.Setenv(ProgramsEnv, "")
