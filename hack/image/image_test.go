@@ -250,3 +250,41 @@ func TestWorkerEnv(t *testing.T) {
 		t.Errorf("the image sets %q, the pool reads %q", workerEnv, worker.CommandEnv)
 	}
 }
+
+// compile -o keeps the programs of the platforms it builds (so that go
+// build finds them up to date) and removes whatever else the directory
+// holds: a platform left out must not be found there.
+func TestKeepOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"linux-amd64", "linux-arm64", "linux-s390x"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, d, engineFile), []byte("old"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stray"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := keepOnly(dir, mustPlatforms(t)); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if !slices.Equal(got, []string{"linux-amd64", "linux-arm64"}) {
+		t.Errorf("after keepOnly: %v, want linux-amd64 and linux-arm64", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "linux-amd64", engineFile)); err != nil || string(b) != "old" {
+		t.Errorf("a kept platform's program: %q %v, want it untouched", b, err)
+	}
+	if err := keepOnly(filepath.Join(dir, "none"), mustPlatforms(t)); err != nil {
+		t.Errorf("keepOnly of a directory that does not exist: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -147,9 +148,10 @@ func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if *keep != "" {
-		// Nothing of an earlier run stays: a platform left out now
-		// must not be found there.
-		if err := os.RemoveAll(*keep); err != nil {
+		// The programs of an earlier run stay, so that go build finds
+		// them up to date and links nothing when nothing changed; the
+		// directory of a platform left out now goes.
+		if err := keepOnly(*keep, plats); err != nil {
 			return err
 		}
 		_, err = compileAll(ctx, *keep, plats, meta, stderr)
@@ -164,13 +166,39 @@ func runCompile(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
+// keepOnly removes from dir what is not the directory of one of plats
+// (compileAll's names). A dir that does not exist is fine.
+func keepOnly(dir string, plats []v1.Platform) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, p := range plats {
+		want[platformDir(p)] = true
+	}
+	for _, e := range entries {
+		if !want[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// platformDir is the name of p's directory under compileAll's dir.
+func platformDir(p v1.Platform) string { return strings.ReplaceAll(p.String(), "/", "-") }
+
 // compileAll builds the engine and its worker for each platform into a
 // directory under dir and returns the directories by platform. It says which build runs, every progressEvery
 // while it does (a cold cross-build takes minutes), and how long each took.
 func compileAll(ctx context.Context, dir string, plats []v1.Platform, meta Meta, stderr io.Writer) (map[string]string, error) {
 	bins := map[string]string{}
 	for _, p := range plats {
-		bin := filepath.Join(dir, strings.ReplaceAll(p.String(), "/", "-"))
+		bin := filepath.Join(dir, platformDir(p))
 		what := "engine and engine-worker for " + p.String()
 		fmt.Fprintf(stderr, "image: building %s\n", what)
 		start := time.Now()
