@@ -13,6 +13,11 @@
 # Each program is rebuilt only when the sources it is built from change:
 # beside it, NAME.stamp holds the sha256 of its tools module's go.mod, go.sum
 # and main package, and a build whose stamp differs (or is absent) runs again.
+# Every program built is also kept in ENVTEST_CACHE (default:
+# manifestsync-envtest beside Go's build cache, so that emptying GOCACHE's
+# directory, as make ci-cold does, empties it too; empty: none), by name and
+# stamp, the last of each name only: a new clone or worktree takes them from
+# there instead of linking them again (a minute and more of make test).
 # A build says which program it builds, how long it has been building every
 # ENVTEST_PROGRESS_EVERY seconds (30) and what it took, on stderr: a cold
 # one is long and would otherwise be silent. `make test`, `make demo` and
@@ -100,6 +105,58 @@ if [ ! -x "$assets/etcd" ]; then
   ln -sf "$etcd" "$assets/etcd"
 fi
 
+# cache is where built programs are kept ("" when none).
+if [ -n "${ENVTEST_CACHE+set}" ]; then
+  cache=$ENVTEST_CACHE
+else
+  cache=""
+  gocache=$(go env GOCACHE 2>/dev/null || true)
+  case "$gocache" in
+  /*) cache="$(dirname "$gocache")/manifestsync-envtest" ;;
+  esac
+fi
+
+# keep NAME STAMP [FILE...] copies bin/envtest/NAME (and FILEs beside it)
+# into the cache as NAME-STAMP, removing the earlier ones of NAME. A cache
+# that cannot be written costs the next clone a build, nothing more.
+keep() {
+  [ -n "$cache" ] || return 0
+  local name=$1 sum=$2 f
+  shift 2
+  mkdir -p "$cache" 2>/dev/null || return 0
+  rm -rf "$cache/$name-"*
+  mkdir "$cache/$name-$sum.tmp" 2>/dev/null || return 0
+  for f in "$name" "$@"; do
+    cp "$assets/$f" "$cache/$name-$sum.tmp/$f" 2>/dev/null || { rm -rf "$cache/$name-$sum.tmp"; return 0; }
+  done
+  mv "$cache/$name-$sum.tmp" "$cache/$name-$sum" 2>/dev/null || rm -rf "$cache/$name-$sum.tmp"
+}
+
+# kept NAME STAMP [FILE...] is true when the cache has NAME (and FILEs)
+# built from the sources of STAMP, or when there is no cache.
+kept() {
+  [ -n "$cache" ] || return 0
+  local name=$1 sum=$2 f
+  shift 2
+  for f in "$name" "$@"; do
+    [ -f "$cache/$name-$sum/$f" ] || return 1
+  done
+}
+
+# cached NAME STAMP [FILE...] copies NAME (and FILEs) built from the sources
+# of STAMP out of the cache into bin/envtest, and is false when the cache
+# does not have them.
+cached() {
+  [ -n "$cache" ] && kept "$@" || return 1
+  local name=$1 sum=$2 f
+  shift 2
+  for f in "$name" "$@"; do
+    cp "$cache/$name-$sum/$f" "$assets/$f.tmp" && mv "$assets/$f.tmp" "$assets/$f" || return 1
+  done
+  echo "$sum" >"$assets/$name.stamp"
+  log "took $name from $cache (built from the same sources before)"
+}
+
 # stamp MODULE DIR prints the sha256 of what is built from the Go package
 # DIR of the tools module MODULE: the module's go.mod and go.sum and DIR's
 # .go files. It names the files, so that moving one changes it too.
@@ -128,11 +185,16 @@ k8s_ldflags() {
 build() {
   local name=$1 mod=$2 dir=$3 about=$4 sum ldflags=""
   sum=$(stamp "$mod" "$dir")
-  fresh "$name" "$sum" && return 0
-  [ "$mod" = kube-apiserver ] && ldflags=$(k8s_ldflags)
+  if fresh "$name" "$sum"; then
+    kept "$name" "$sum" || keep "$name" "$sum"
+    return 0
+  fi
   rm -f "$assets/$name.stamp"
+  cached "$name" "$sum" && return 0
+  [ "$mod" = kube-apiserver ] && ldflags=$(k8s_ldflags)
   timed "$name" "$about" indir "$root/hack/tools/$mod" go build -trimpath -ldflags "$ldflags" -o "$assets/$name" "./$dir"
   echo "$sum" >"$assets/$name.stamp"
+  keep "$name" "$sum"
 }
 
 build kube-apiserver kube-apiserver . "cold: about 7 minutes on 2 cores"
@@ -146,11 +208,16 @@ build_kwok() {
 }
 
 kwok_sum=$(stamp kwok stages)
-if ! fresh kwok "$kwok_sum" || [ ! -s "$assets/kwok.yaml" ]; then
+if fresh kwok "$kwok_sum" && [ -s "$assets/kwok.yaml" ]; then
+  kept kwok "$kwok_sum" kwok.yaml || keep kwok "$kwok_sum" kwok.yaml
+else
   rm -f "$assets/kwok.stamp"
-  timed kwok "cold: about 3 minutes on 2 cores" build_kwok
-  mv "$assets/kwok.yaml.tmp" "$assets/kwok.yaml"
-  echo "$kwok_sum" >"$assets/kwok.stamp"
+  if ! cached kwok "$kwok_sum" kwok.yaml; then
+    timed kwok "cold: about 3 minutes on 2 cores" build_kwok
+    mv "$assets/kwok.yaml.tmp" "$assets/kwok.yaml"
+    echo "$kwok_sum" >"$assets/kwok.stamp"
+    keep kwok "$kwok_sum" kwok.yaml
+  fi
 fi
 
 echo "$assets"

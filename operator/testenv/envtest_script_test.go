@@ -76,6 +76,7 @@ func envtestTree(t *testing.T) string {
 	}
 	t.Setenv("PATH", fakeBin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("GO_LOG", filepath.Join(tree, "go.log"))
+	t.Setenv("ENVTEST_CACHE", filepath.Join(tree, "cache"))
 	return tree
 }
 
@@ -214,5 +215,73 @@ func TestEnvtestRebuildsOnlyWhatChanged(t *testing.T) {
 	want := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 	if got := runEnvtest(t, tree); !slices.Equal(got, want) {
 		t.Fatalf("after changing the kube-apiserver module's go.mod, envtest.sh built %v, want %v", got, want)
+	}
+}
+
+// A new clone (a tree whose bin/ is empty) takes the programs an earlier
+// one built from the same sources out of ENVTEST_CACHE and builds none;
+// a program whose sources differ is built, and replaces its earlier one
+// in the cache. With ENVTEST_CACHE empty nothing is kept.
+func TestEnvtestTakesFromCache(t *testing.T) {
+	first := envtestTree(t)
+	cache := filepath.Join(first, "cache")
+	all := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+	if got := runEnvtest(t, first); !slices.Equal(got, all) {
+		t.Fatalf("the first run built %v, want %v", got, all)
+	}
+
+	second := envtestTree(t)
+	t.Setenv("ENVTEST_CACHE", cache)
+	built, log := runEnvtestLog(t, second)
+	if len(built) != 0 {
+		t.Fatalf("a new tree with the same sources built %v, want nothing:\n%s", built, log)
+	}
+	for _, name := range append(all, "kwok.yaml") {
+		want, err := os.ReadFile(filepath.Join(first, "bin", "envtest", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(second, "bin", "envtest", name))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s in the new tree: %q (%v), want the first tree's %q", name, got, err, want)
+		}
+	}
+	if !strings.Contains(log, "envtest: took kube-apiserver from "+cache) {
+		t.Errorf("stderr does not say where kube-apiserver came from:\n%s", log)
+	}
+	if got := runEnvtest(t, second); len(got) != 0 {
+		t.Fatalf("a second run of the new tree built %v, want nothing (the stamps written)", got)
+	}
+
+	appendTo(t, filepath.Join(second, "hack", "tools", "kube-apiserver", "kube-scheduler", "main.go"))
+	if got := runEnvtest(t, second); !slices.Equal(got, []string{"kube-scheduler"}) {
+		t.Fatalf("after changing kube-scheduler's main.go, built %v, want kube-scheduler", got)
+	}
+	kept, err := filepath.Glob(filepath.Join(cache, "kube-scheduler-*"))
+	if err != nil || len(kept) != 1 {
+		t.Errorf("the cache holds %v (%v) for kube-scheduler, want its last build only", kept, err)
+	}
+
+	// Programs built before there was a cache (a bin/ of an earlier
+	// version of the script) are kept at the next run, which builds
+	// nothing.
+	later := filepath.Join(t.TempDir(), "cache")
+	t.Setenv("ENVTEST_CACHE", later)
+	if got := runEnvtest(t, first); len(got) != 0 {
+		t.Fatalf("a run of a built tree with an empty cache built %v, want nothing", got)
+	}
+	for _, name := range all {
+		if kept, err := filepath.Glob(filepath.Join(later, name+"-*", name)); err != nil || len(kept) != 1 {
+			t.Errorf("the empty cache holds %v (%v) for %s after a run, want the tree's program", kept, err, name)
+		}
+	}
+
+	third := envtestTree(t)
+	t.Setenv("ENVTEST_CACHE", "")
+	if got := runEnvtest(t, third); !slices.Equal(got, all) {
+		t.Fatalf("without a cache, a new tree built %v, want %v", got, all)
+	}
+	if _, err := os.Stat(filepath.Join(third, "cache")); !os.IsNotExist(err) {
+		t.Errorf("with ENVTEST_CACHE empty, the script kept programs: %v", err)
 	}
 }
